@@ -1,0 +1,35 @@
+# Every target bootstraps .venv with what it needs; the first two are the README's set-up commands.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+JOBS ?= 2
+
+.PHONY: demo test bench examples clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-%: pyproject.toml | $(PY)
+	$(PIP) -e ".[$*]"
+	touch $@
+
+demo: $(VENV)/.installed-examples
+	$(PY) examples/quickstart.py
+
+# pytest exits 5 when it collects nothing: that is a failure here, never a pass.
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -n $(JOBS) -q
+
+bench: $(VENV)/.installed-bench
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+examples: $(VENV)/.installed-examples
+	$(PY) examples/quickstart.py
+	$(PY) examples/flax_training.py
+	$(PY) examples/crop_and_resize_boxes.py
+	$(PY) examples/sharded.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache

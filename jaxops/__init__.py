@@ -1,0 +1,9 @@
+"""jaxops: ONNX operators as pure, jit-compilable, differentiable JAX functions.
+
+The ONNX front end (``jaxops.onnx.Backend``) lives in ``jaxops.onnx`` and needs the ``onnx``
+package; this namespace needs only jax and numpy.
+"""
+
+__version__ = "0.1.0"
+
+__all__: list[str] = []

@@ -1,0 +1,123 @@
+"""Argument validation shared by the ops.
+
+Every error names the op, the argument, what was received and what is allowed, and is a
+ValueError or TypeError (never an ``assert``: ``python -O`` strips those).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+
+E = TypeVar("E", bound="StrEnum")
+
+
+def _show(value: Any) -> str:
+  """A short, readable rendering of a received value for an error message."""
+  if isinstance(value, jax.core.Tracer):
+    return f"a traced value of shape {value.shape} and dtype {value.dtype}"
+  if isinstance(value, (np.ndarray, jax.Array)):
+    if value.size <= 8:
+      return f"array {np.asarray(value).tolist()!r} (dtype {value.dtype})"
+    return f"an array of shape {value.shape} and dtype {value.dtype}"
+  text = repr(value)
+  return text if len(text) <= 80 else text[:77] + "..."
+
+
+def value_error(op: str, arg: str, received: Any, allowed: str) -> ValueError:
+  """``ValueError("op: argument `arg` must be <allowed>; got <received>")``."""
+  return ValueError(f"{op}: argument `{arg}` must be {allowed}; got {_show(received)}")
+
+
+def type_error(op: str, arg: str, received: Any, allowed: str) -> TypeError:
+  """``TypeError("op: argument `arg` must be <allowed>; got <received>")``."""
+  return TypeError(f"{op}: argument `{arg}` must be {allowed}; got {_show(received)}")
+
+
+def is_traced(value: Any) -> bool:
+  """True when ``value`` is (or contains) a JAX tracer."""
+  if isinstance(value, jax.core.Tracer):
+    return True
+  if isinstance(value, (list, tuple)):
+    return any(is_traced(v) for v in value)
+  return False
+
+
+def concrete(op: str, arg: str, value: Any) -> np.ndarray:
+  """``value`` as a NumPy array, or a TypeError if it is traced.
+
+  Arguments that decide output shapes (sizes, scales, axes, kernel_shape, pads, ...) must be
+  known at trace time: pass Python or NumPy values, or mark them static under ``jax.jit``.
+  """
+  if is_traced(value):
+    raise TypeError(
+        f"{op}: argument `{arg}` decides the output shape, so it must be concrete (a Python or "
+        f"NumPy value) under jax.jit/vmap/grad; got {_show(value)}. Pass it as a static "
+        f"argument (e.g. jax.jit(..., static_argnames=...)) or close over a constant."
+    )
+  return np.asarray(value)
+
+
+def int_tuple(op: str, arg: str, value: Any, *, length: int | None = None,
+              minimum: int | None = None) -> tuple[int, ...]:
+  """A static sequence of integers (list, tuple, NumPy array, or a scalar when ``length``)."""
+  arr = concrete(op, arg, value)
+  if arr.ndim == 0 and length is not None:
+    arr = np.full((length,), arr)
+  if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)
+                           or _all_integral(arr)):
+    raise type_error(op, arg, value, "a 1-D sequence of integers")
+  out = tuple(int(v) for v in arr)
+  if length is not None and len(out) != length:
+    raise value_error(op, arg, value, f"a sequence of {length} integers")
+  if minimum is not None and any(v < minimum for v in out):
+    raise value_error(op, arg, value, f"integers >= {minimum}")
+  return out
+
+
+def _all_integral(arr: np.ndarray) -> bool:
+  if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+    return False
+  return bool(np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)))
+
+
+def normalize_axes(op: str, arg: str, axes: Sequence[int], rank: int) -> tuple[int, ...]:
+  """Axes in [-rank, rank) mapped to [0, rank), rejecting duplicates."""
+  out = []
+  for a in axes:
+    if not -rank <= a < rank:
+      raise value_error(op, arg, tuple(axes), f"axes in [-{rank}, {rank}) for a rank-{rank} input")
+    out.append(a % rank)
+  if len(set(out)) != len(out):
+    raise value_error(op, arg, tuple(axes), "axes without repeats")
+  return tuple(out)
+
+
+class StrEnum(str, enum.Enum):
+  """A mode string; ``from_string`` lists the allowed values in its error."""
+
+  @classmethod
+  def from_string(cls: type[E], op: str, arg: str, value: Any) -> E:
+    if isinstance(value, cls):
+      return value
+    if isinstance(value, bytes):
+      value = value.decode()
+    if isinstance(value, str):
+      for member in cls:
+        if member.value == value:
+          return member
+    allowed = ", ".join(repr(m.value) for m in cls)
+    raise value_error(op, arg, value, f"one of {allowed}")
+
+
+def floating_input(op: str, x: Any, allowed: Sequence[Any]) -> jax.Array:
+  """``x`` as a JAX array whose dtype is one of ``allowed``, else a TypeError naming them."""
+  x = jax.numpy.asarray(x)
+  if not any(x.dtype == np.dtype(d) for d in allowed):
+    names = ", ".join(np.dtype(d).name for d in allowed)
+    raise TypeError(f"{op}: argument `x` must have dtype in ({names}); got dtype {x.dtype}")
+  return x

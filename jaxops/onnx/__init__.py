@@ -1,0 +1,257 @@
+"""ONNX front end: run ONNX models whose nodes are all jaxops operators, compiled by XLA.
+
+This module imports the ``onnx`` package (``pip install jaxops[onnx]``); the core ``jaxops``
+namespace never does.
+
+Examples:
+  >>> import numpy as np, onnx
+  >>> from onnx import helper, TensorProto
+  >>> from jaxops.onnx import Backend
+  >>> node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)
+  >>> graph = helper.make_graph(
+  ...     [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+  ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])])
+  >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+  >>> Backend.run_model(model, [np.array([1.5, 70000.0], np.float32)])[0]
+  array([1.5, inf], dtype=float16)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import onnx
+import onnx.defs
+from onnx import helper, numpy_helper
+from onnx.backend.base import Backend as _BaseBackend
+from onnx.backend.base import BackendRep as _BaseRep
+from onnx.backend.base import Device, DeviceType
+
+from jaxops import _dtypes
+from jaxops.onnx import _registry
+
+__all__ = ["Backend", "BackendRep", "run_node", "run_model", "prepare", "supports_device"]
+
+
+def _attr_value(a: onnx.AttributeProto) -> Any:
+  v = helper.get_attribute_value(a)
+  if isinstance(v, bytes):
+    return v.decode()
+  if isinstance(v, onnx.TensorProto):
+    return numpy_helper.to_array(v)
+  if isinstance(v, list) and v and isinstance(v[0], bytes):
+    return [s.decode() for s in v]
+  return v
+
+
+def _constant_value(node: onnx.NodeProto, attrs: dict[str, Any]) -> np.ndarray:
+  """The value of a Constant node (every attribute form but sparse tensors)."""
+  if "value" in attrs:
+    return np.asarray(attrs["value"])
+  for name, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                      ("value_int", np.int64), ("value_ints", np.int64)):
+    if name in attrs:
+      return np.asarray(attrs[name], dtype=dtype)
+  for name in ("value_string", "value_strings"):
+    if name in attrs:
+      return np.asarray(attrs[name], dtype=object)
+  raise NotImplementedError(f"jaxops.onnx: Constant node {node.name!r} with attributes "
+                            f"{sorted(attrs)} is not supported (sparse tensors are not)")
+
+
+def _device(device: str) -> jax.Device:
+  kind = Device(device).type
+  platform = "gpu" if kind == DeviceType.CUDA else "cpu"
+  try:
+    return jax.devices(platform)[0]
+  except RuntimeError:
+    raise ValueError(f"jaxops.onnx: device {device!r} is not available to JAX "
+                     f"(available: {[d.platform for d in jax.devices()]})") from None
+
+
+def _as_input(name: str, value: Any) -> Any:
+  if isinstance(value, jax.Array):
+    return value
+  arr = np.asarray(value)
+  if arr.dtype.kind in ("U", "S"):
+    arr = arr.astype(object)
+  return arr
+
+
+class BackendRep(_BaseRep):
+  """A prepared model: its nodes resolved to adapters, jit-compiled per static configuration.
+
+  Inputs whose values decide output shapes (Resize's scales/sizes, ConstantOfShape's shape, ...)
+  are taken as static: each distinct value compiles once and is cached. Models with STRING
+  tensors run eagerly on the host (JAX arrays cannot hold strings).
+  """
+
+  def __init__(self, model: onnx.ModelProto, device: str = "CPU"):
+    super().__init__()
+    self.model = model
+    self.device = _device(device)
+    graph = model.graph
+    opsets = {("" if imp.domain == "ai.onnx" else imp.domain): imp.version
+              for imp in model.opset_import}
+    self._init = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    self.input_names = [i.name for i in graph.input if i.name not in self._init]
+    self.output_names = [o.name for o in graph.output]
+    self._nodes: list[tuple[onnx.NodeProto, _registry.Adapter | None, dict[str, Any]]] = []
+    known = set(self._init) | set(self.input_names)
+    consts: dict[str, np.ndarray] = {}
+    static: set[str] = set()
+    host = any(v.dtype == object for v in self._init.values())
+    for node in graph.node:
+      attrs = {a.name: _attr_value(a) for a in node.attribute}
+      domain = "" if node.domain == "ai.onnx" else node.domain
+      if node.op_type == "Constant" and domain == "":
+        consts[node.output[0]] = _constant_value(node, attrs)
+        self._nodes.append((node, None, attrs))
+        known.add(node.output[0])
+        continue
+      if domain not in opsets:
+        raise NotImplementedError(f"jaxops.onnx: node {node.op_type} uses domain {domain!r}, "
+                                  f"which the model does not import")
+      adapter = _registry.lookup(node.op_type, domain, opsets[domain])
+      for i in adapter.static_inputs:
+        if i < len(node.input) and node.input[i]:
+          name = node.input[i]
+          if name not in self._init and name not in consts and name not in self.input_names:
+            raise NotImplementedError(
+                f"jaxops.onnx: input {i} ({name!r}) of {node.op_type} decides the output shape, "
+                f"so jaxops needs it to be a graph input, an initializer or a Constant; here "
+                f"another node computes it")
+          static.add(name)
+      host = host or bool(adapter.host and adapter.host(attrs))
+      self._nodes.append((node, adapter, attrs))
+      known.update(o for o in node.output if o)
+    missing = [n for n in self.output_names if n not in known]
+    if missing:
+      raise ValueError(f"jaxops.onnx: graph outputs {missing} are produced by no node")
+    self._consts = consts
+    self._static_inputs = [n for n in self.input_names if n in static]
+    self._host = host
+    self._cache: dict[Any, Any] = {}
+
+  def _execute(self, env: dict[str, Any]) -> list[Any]:
+    for node, adapter, attrs in self._nodes:
+      if adapter is None:
+        env[node.output[0]] = self._consts[node.output[0]]
+        continue
+      ins: list[Any] = []
+      for i, name in enumerate(node.input):
+        if not name:
+          ins.append(None)
+        elif i in adapter.static_inputs:
+          ins.append(np.asarray(env[name]))
+        else:
+          ins.append(env[name])
+      outs = adapter.fn(ins, attrs)
+      for name, value in zip(node.output, outs):
+        if name:
+          env[name] = value
+    return [env[n] for n in self.output_names]
+
+  def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+    """Runs the model on ``inputs`` (a sequence in graph-input order, or a name -> array map)."""
+    if isinstance(inputs, Mapping):
+      unknown = set(inputs) - set(self.input_names)
+      if unknown:
+        raise ValueError(f"jaxops.onnx: unknown inputs {sorted(unknown)}; the graph takes "
+                         f"{self.input_names}")
+      values = {n: _as_input(n, v) for n, v in inputs.items()}
+    else:
+      if not isinstance(inputs, (list, tuple)):
+        inputs = [inputs]
+      if len(inputs) > len(self.input_names):
+        raise ValueError(f"jaxops.onnx: the graph takes {len(self.input_names)} inputs "
+                         f"{self.input_names}; got {len(inputs)}")
+      values = {n: _as_input(n, v) for n, v in zip(self.input_names, inputs)}
+    absent = [n for n in self.input_names if n not in values]
+    if absent:
+      raise ValueError(f"jaxops.onnx: missing inputs {absent}")
+    host = self._host or any(getattr(v, "dtype", None) == object for v in values.values())
+    with jax.enable_x64(True), jax.default_device(self.device):
+      if host:
+        env = {**self._init, **values}
+        outs = self._execute(env)
+      else:
+        outs = self._compiled(values)
+    return tuple(np.asarray(o) for o in outs)
+
+  def _compiled(self, values: dict[str, Any]) -> list[Any]:
+    static = {n: np.asarray(values[n]) for n in self._static_inputs}
+    key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in static.items())
+    fn = self._cache.get(key)
+    if fn is None:
+
+      def run_graph(dynamic: dict[str, Any]) -> list[Any]:
+        return self._execute({**self._init, **static, **dynamic})
+
+      fn = self._cache[key] = jax.jit(run_graph)
+    return fn({n: v for n, v in values.items() if n not in static})
+
+
+class Backend(_BaseBackend):
+  """``onnx.backend.base.Backend`` for models whose nodes are all jaxops operators.
+
+  Use it as ONNX's backend API: ``Backend.prepare(model).run(inputs)``,
+  ``Backend.run_model(model, inputs)``, ``Backend.run_node(node, inputs)``.
+  """
+
+  @classmethod
+  def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+    try:
+      BackendRep(model, device)
+    except NotImplementedError:
+      return False
+    return True
+
+  @classmethod
+  def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> BackendRep:
+    """Checks ``model`` and resolves each node to a jaxops adapter.
+
+    Raises:
+      NotImplementedError: an op or opset version jaxops lacks (the message lists what is
+        supported).
+    """
+    onnx.checker.check_model(model)
+    return BackendRep(model, device)
+
+  @classmethod
+  def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
+                **kwargs: Any) -> tuple[np.ndarray, ...]:
+    return cls.prepare(model, device, **kwargs).run(inputs)
+
+  @classmethod
+  def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
+               outputs_info: Sequence[tuple[Any, Any]] | None = None,
+               **kwargs: Any) -> tuple[np.ndarray, ...]:
+    """Runs one node. ``opset_version=`` picks the opset (default: the newest onnx knows)."""
+    opset = int(kwargs.get("opset_version", onnx.defs.onnx_opset_version()))
+    arrays = [_as_input(n, v) for n, v in zip(node.input, inputs)]
+    graph_inputs = [
+        helper.make_tensor_value_info(name, _dtypes.of_dtype(a.dtype).enum, list(a.shape))
+        for name, a in zip(node.input, arrays) if name]
+    graph_outputs = [helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)
+                     for name in node.output if name]
+    graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return BackendRep(model, device).run([a for n, a in zip(node.input, arrays) if n])
+
+  @classmethod
+  def supports_device(cls, device: str) -> bool:
+    try:
+      _device(device)
+    except ValueError:
+      return False
+    return True
+
+
+prepare = Backend.prepare
+run_model = Backend.run_model
+run_node = Backend.run_node
+supports_device = Backend.supports_device
