@@ -35,6 +35,10 @@ class Adapter:
 
 ADAPTERS: dict[tuple[str, int], Adapter] = {}
 
+# The operators jaxops sets out to cover, every version of each.
+OPERATORS = ("Cast", "CastLike", "ConstantOfShape", "Resize", "Upsample", "AveragePool",
+             "GlobalAveragePool")
+
 
 def register(op_type: str, *since_versions: int, static_inputs: Sequence[int] = (),
              host: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[Adapt], Adapt]:
