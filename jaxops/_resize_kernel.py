@@ -36,6 +36,8 @@ NaN from ``0 * inf``).
 from __future__ import annotations
 
 import functools
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -193,29 +195,65 @@ def _gather_sum(x: jax.Array, axis: int, idx: np.ndarray, w: Any) -> jax.Array:
   return y
 
 
-def _static_impl(x: jax.Array, *, axis: int, table: _Table) -> jax.Array:
+# Below this many output bytes a pass is left to XLA's fusion as it likes.
+_BARRIER_BYTES = 1 << 20
+
+
+def _materialized(x: jax.Array, axis: int, idx: np.ndarray, w: Any, barrier: bool) -> jax.Array:
+  """``_gather_sum``, computed as two parts joined along the minor dimension when ``barrier``.
+
+  XLA's CPU fusion otherwise fuses consecutive passes (and the backward with the forward) into
+  one loop that recomputes every tap of the previous pass for every tap of the next one (K1*K2
+  reads per element, along transposed index maps): several times slower than materialising each
+  pass. XLA never fuses a concatenation along the minor dimension (it emits a copy loop), so
+  producing the result as such a concatenation is a reliable fusion barrier:
+
+  - a pass along the minor axis computes its first and second half of outputs and joins them;
+  - a pass along another axis computes its even and odd outputs, joins them along the minor
+    dimension and reshapes, which interleaves the rows back into place.
+
+  Neither slices its input, so XLA cannot fold a slice of the previous pass's concatenation back
+  into that pass. The last pass of a chain does not need the barrier (``barrier=False``).
+  """
+  out = idx.shape[0]
+  minor = x.ndim - 1
+  n_minor = out if axis == minor else x.shape[minor]
+  size = x.size // max(x.shape[axis], 1) * out * np.dtype(x.dtype).itemsize
+  if not barrier or x.ndim < 2 or n_minor < 16 or out < 2 or size < _BARRIER_BYTES:
+    return _gather_sum(x, axis, idx, w)
+  if axis == minor:
+    h = out // 2
+    return jnp.concatenate(
+        [_gather_sum(x, axis, idx[:h], w[:h]), _gather_sum(x, axis, idx[h:], w[h:])], axis=minor)
+  half = (out + 1) // 2
+  odd_rows = np.concatenate([np.arange(1, out, 2), [out - 1] * (out % 2)]).astype(np.int64)
+  parts = [_gather_sum(x, axis, idx[0::2], w[0::2]),
+           _gather_sum(x, axis, idx[odd_rows], w[odd_rows])]
+  y = jnp.concatenate(parts, axis=minor)                       # (..., half, ..., 2 * n_minor)
+  shape = list(x.shape)
+  shape[axis:axis + 1] = [half]
+  y = y.reshape(tuple(shape[:minor]) + (2, n_minor))           # split the joined minor dim
+  y = jnp.moveaxis(y, minor, axis + 1)                         # (..., half, 2, ..., n_minor)
+  shape = list(x.shape)
+  shape[axis] = 2 * half
+  y = y.reshape(shape)
+  return lax.slice_in_dim(y, 0, out, axis=axis) if out % 2 else y
+
+
+def _static_impl(x: jax.Array, *, axis: int, table: _Table, barrier: tuple[bool, bool]) -> jax.Array:
   """The device computation of ``_taps_p`` (used for lowering and eager impl)."""
+  dtype = x.dtype
   if table.copy:
-    return jnp.take(x, jnp.asarray(table.idx[:, 0]), axis=axis, mode="clip")
-  dtype = x.dtype
-  xc = lax.optimization_barrier(x.astype(_compute_dtype(dtype)))
-  assert table.w is not None
-  if axis == x.ndim - 1 and x.ndim > 1:
-    # A gather along the minor axis cannot vectorise; gather along the next axis instead.
-    y = _move(_gather_sum(_move(xc, axis, axis - 1), axis - 1, table.idx, table.w), axis - 1, axis)
-  else:
-    y = _gather_sum(xc, axis, table.idx, table.w)
-  return y.astype(dtype)
+    return _materialized(x, axis, table.idx, table.w, barrier[0])
+  xc = x.astype(_compute_dtype(dtype))
+  return _materialized(xc, axis, table.idx, table.w, barrier[0]).astype(dtype)
 
 
-def _dyn_impl(x: jax.Array, w: jax.Array, *, axis: int, table: _Table) -> jax.Array:
+def _dyn_impl(x: jax.Array, w: jax.Array, *, axis: int, table: _Table,
+              barrier: tuple[bool, bool]) -> jax.Array:
   dtype = x.dtype
-  xc = lax.optimization_barrier(x.astype(_compute_dtype(dtype)))
-  if axis == x.ndim - 1 and x.ndim > 1:
-    y = _move(_gather_sum(_move(xc, axis, axis - 1), axis - 1, table.idx, w), axis - 1, axis)
-  else:
-    y = _gather_sum(xc, axis, table.idx, w)
-  return y.astype(dtype)
+  xc = x.astype(_compute_dtype(dtype))
+  return _materialized(xc, axis, table.idx, w, barrier[0]).astype(dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -230,30 +268,49 @@ def _out_aval(x: Any, axis: int, table: _Table) -> jax.core.ShapedArray:
   return jax.core.ShapedArray(tuple(shape), x.dtype)
 
 
-_taps_p.def_abstract_eval(lambda x, *, axis, table: _out_aval(x, axis, table))
+_taps_p.def_abstract_eval(lambda x, *, axis, table, barrier: _out_aval(x, axis, table))
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "table"))
-def _taps_jit(x: jax.Array, *, axis: int, table: _Table) -> jax.Array:
-  return _taps_p.bind(x, axis=axis, table=table)
+@functools.partial(jax.jit, static_argnames=("axis", "table", "barrier"))
+def _taps_jit(x: jax.Array, *, axis: int, table: _Table, barrier: tuple[bool, bool]) -> jax.Array:
+  return _taps_p.bind(x, axis=axis, table=table, barrier=barrier)
 
 
 _taps_p.def_impl(_taps_jit)
 mlir.register_lowering(_taps_p, mlir.lower_fun(_static_impl, multiple_results=False))
 
 
-def _taps_transpose(ct: jax.Array, x: Any, *, axis: int, table: _Table) -> list[jax.Array]:
+def _taps_transpose(ct: jax.Array, x: Any, *, axis: int, table: _Table,
+                    barrier: tuple[bool, bool]) -> list[jax.Array]:
   del x
-  return [_taps_p.bind(ct, axis=axis, table=table.transpose())]
+  return [_taps_p.bind(ct, axis=axis, table=table.transpose(), barrier=barrier[::-1])]
 
 
 ad.deflinear2(_taps_p, _taps_transpose)
 
 
-def _taps_batch(args: tuple, dims: tuple, *, axis: int, table: _Table) -> tuple[jax.Array, int]:
+def _taps_jvp(primals: tuple, tangents: tuple, *, axis: int, table: _Table,
+              barrier: tuple[bool, bool]) -> tuple[jax.Array, Any]:
+  """Linear JVP; under differentiation the primal result is always materialised.
+
+  The backward pass reads the forward result (e.g. the ``2 * y`` of a squared loss), so keeping
+  it behind a fusion barrier stops XLA from recomputing it inside the first transposed pass.
+  """
+  (x,), (t,) = primals, tangents
+  y = _taps_p.bind(x, axis=axis, table=table, barrier=(True, barrier[1]))
+  if type(t) is ad.Zero:
+    return y, ad.Zero(t.aval.update(shape=y.shape))
+  return y, _taps_p.bind(ad.instantiate_zeros(t), axis=axis, table=table, barrier=barrier)
+
+
+ad.primitive_jvps[_taps_p] = _taps_jvp
+
+
+def _taps_batch(args: tuple, dims: tuple, *, axis: int, table: _Table,
+                barrier: tuple[bool, bool]) -> tuple[jax.Array, int]:
   (x,), (bd,) = args, dims
   new_axis = axis + 1 if bd <= axis else axis
-  return _taps_p.bind(x, axis=new_axis, table=table), bd
+  return _taps_p.bind(x, axis=new_axis, table=table, barrier=barrier), bd
 
 
 batching.primitive_batchers[_taps_p] = _taps_batch
@@ -263,12 +320,13 @@ batching.primitive_batchers[_taps_p] = _taps_batch
 # The traced-weight primitive: bilinear in (x, w).
 
 _dyn_taps_p = Primitive("jaxops_resize_taps_traced")
-_dyn_taps_p.def_abstract_eval(lambda x, w, *, axis, table: _out_aval(x, axis, table))
+_dyn_taps_p.def_abstract_eval(lambda x, w, *, axis, table, barrier: _out_aval(x, axis, table))
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "table"))
-def _dyn_jit(x: jax.Array, w: jax.Array, *, axis: int, table: _Table) -> jax.Array:
-  return _dyn_taps_p.bind(x, w, axis=axis, table=table)
+@functools.partial(jax.jit, static_argnames=("axis", "table", "barrier"))
+def _dyn_jit(x: jax.Array, w: jax.Array, *, axis: int, table: _Table,
+             barrier: tuple[bool, bool]) -> jax.Array:
+  return _dyn_taps_p.bind(x, w, axis=axis, table=table, barrier=barrier)
 
 
 _dyn_taps_p.def_impl(_dyn_jit)
@@ -282,15 +340,17 @@ def _inverse_weights(w: jax.Array, table: _Table) -> jax.Array:
   return jnp.take(flat, jnp.asarray(pos.reshape(-1)), mode="clip").reshape(pos.shape)
 
 
-def _dyn_transpose_x(ct: jax.Array, x: Any, w: jax.Array, *, axis: int,
-                     table: _Table) -> jax.Array:
+def _dyn_transpose_x(ct: jax.Array, x: Any, w: jax.Array, *, axis: int, table: _Table,
+                     barrier: tuple[bool, bool]) -> jax.Array:
   del x
-  return _dyn_taps_p.bind(ct, _inverse_weights(w, table), axis=axis, table=table.transpose())
+  return _dyn_taps_p.bind(ct, _inverse_weights(w, table), axis=axis, table=table.transpose(),
+                          barrier=barrier[::-1])
 
 
-def _dyn_transpose_w(ct: jax.Array, x: jax.Array, w: Any, *, axis: int,
-                     table: _Table) -> jax.Array:
+def _dyn_transpose_w(ct: jax.Array, x: jax.Array, w: Any, *, axis: int, table: _Table,
+                     barrier: tuple[bool, bool]) -> jax.Array:
   """d/dw: sum over all other axes of ct[..., j, ...] * x[..., idx[j, k], ...]."""
+  del barrier
   cdt = _compute_dtype(ct.dtype)
   ctc = _move(ct.astype(cdt), axis, 0).reshape(table.n_out, -1)
   xc = _move(x.astype(cdt), axis, 0).reshape(x.shape[axis], -1)
@@ -302,12 +362,13 @@ def _dyn_transpose_w(ct: jax.Array, x: jax.Array, w: Any, *, axis: int,
 ad.defbilinear(_dyn_taps_p, _dyn_transpose_x, _dyn_transpose_w)
 
 
-def _dyn_batch(args: tuple, dims: tuple, *, axis: int, table: _Table) -> tuple[jax.Array, int]:
+def _dyn_batch(args: tuple, dims: tuple, *, axis: int, table: _Table,
+               barrier: tuple[bool, bool]) -> tuple[jax.Array, int]:
   x, w = args
   bx, bw = dims
   if bw is None:
     new_axis = axis + 1 if bx <= axis else axis
-    return _dyn_taps_p.bind(x, w, axis=new_axis, table=table), bx
+    return _dyn_taps_p.bind(x, w, axis=new_axis, table=table, barrier=barrier), bx
   # Different weights per example (e.g. a batch of roi boxes): a plain gather-and-sum.
   w = _move(w, bw, 0)
   size = w.shape[0]
@@ -334,7 +395,8 @@ batching.primitive_batchers[_dyn_taps_p] = _dyn_batch
 # Public entry point (private to jaxops).
 
 
-def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any) -> jax.Array:
+def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
+               barrier: tuple[bool, bool] = (True, True)) -> jax.Array:
   """Resample ``x`` along ``axis`` with static tap indices and static or traced weights.
 
   Computes ``y[..., j, ...] = sum_k weights[j, k] * x[..., idx[j, k], ...]``. Differentiable in
@@ -347,6 +409,9 @@ def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any) -> jax.Ar
     idx: static integer taps, shape ``(out, K)``, each in ``[0, x.shape[axis])``.
     weights: shape ``(out, K)``: static (NumPy / Python values; float64 tables are rounded to the
       compute dtype) or a traced JAX array.
+    barrier: (forward, backward): whether this pass's result (and its transpose's result) is
+      materialised behind a fusion barrier (see ``_materialized``). Leave both on unless the pass
+      is the last (forward) or first (backward) of a chain, as ``apply_separable`` does.
 
   Returns:
     An array like ``x`` with ``out`` elements along ``axis``, of ``x``'s dtype. float16 and
@@ -390,11 +455,76 @@ def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any) -> jax.Ar
       raise type_error(_OP, "x", x, "a floating array when the weights are traced")
     if not jnp.issubdtype(weights.dtype, jnp.floating):
       raise type_error(_OP, "weights", weights, "a floating array")
-    return _dyn_taps_p.bind(x, weights, axis=axis, table=table)
+    return _dyn_taps_p.bind(x, weights, axis=axis, table=table, barrier=barrier)
   w_np = np.asarray(weights, dtype=np.float64)
   table = _table(idx_np, w_np, n_in)
   if not jnp.issubdtype(x.dtype, jnp.floating) and not table.copy:
     raise type_error(
         _OP, "x", x, "a floating array unless the taps are pure copies (K == 1, weights 1); "
         "cast integer inputs to a float type before linear/cubic taps")
-  return _taps_p.bind(x, axis=axis, table=table)
+  return _taps_p.bind(x, axis=axis, table=table, barrier=barrier)
+
+
+def _pass_cost(shape: tuple[int, ...], axis: int, idx: np.ndarray, weights: Any) -> float:
+  """A rough CPU cost model of one pass: output elements times live taps, minor axis dearer."""
+  out = int(np.prod(shape)) // max(shape[axis], 1) * idx.shape[0]
+  if isinstance(weights, jax.core.Tracer):
+    k = idx.shape[1]
+  else:
+    k = max(int(np.count_nonzero(np.any(np.asarray(weights) != 0, axis=0))), 1)
+  return out * (k + 1) * (3.0 if axis == len(shape) - 1 else 1.0)
+
+
+def pass_order(shape: tuple[int, ...], passes: Sequence[tuple[int, np.ndarray, Any]]) -> list[int]:
+  """The order (indices into ``passes``) in which to apply separable passes on ``shape``.
+
+  Separable passes commute mathematically (the results differ only by float rounding). The
+  cheapest order shrinks early, enlarges late, and runs the minor (last) axis, where a gather
+  cannot vectorise, on the smallest array. Tries every order (at most a handful of axes).
+  """
+  best: tuple[float, tuple[int, ...]] | None = None
+  for perm in itertools.permutations(range(len(passes))):
+    cur = list(shape)
+    cost = 0.0
+    for i in perm:
+      axis, idx, w = passes[i]
+      cost += _pass_cost(tuple(cur), axis % len(cur), idx, w)
+      cur[axis % len(cur)] = idx.shape[0]
+    if best is None or cost < best[0]:
+      best = (cost, perm)
+  return list(best[1]) if best else []
+
+
+def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]]) -> jax.Array:
+  """Apply several ``apply_taps`` passes (distinct axes) in the cheapest order.
+
+  Args:
+    x: the input array.
+    passes: ``(axis, idx, weights)`` triples as ``apply_taps`` takes them, on distinct axes.
+
+  Returns:
+    The resampled array (``x``'s dtype), equal to applying the passes in any order up to
+    floating-point rounding.
+
+  Raises:
+    ValueError: if two passes name the same axis, or as ``apply_taps`` raises.
+
+  Examples:
+    >>> import numpy as np, jax.numpy as jnp
+    >>> from jaxops._resize_kernel import apply_separable
+    >>> idx, w = np.array([[0, 1]]), np.array([[0.5, 0.5]])
+    >>> apply_separable(jnp.array([[0.0, 2.0], [4.0, 6.0]]), [(0, idx, w), (1, idx, w)])
+    Array([[3.]], dtype=float32)
+  """
+  x = jnp.asarray(x)
+  axes = [int(a) % max(x.ndim, 1) if isinstance(a, (int, np.integer)) else a
+          for a, _, _ in passes]
+  if len(set(axes)) != len(axes):
+    raise value_error(_OP, "passes", axes, "passes on distinct axes")
+  order = pass_order(x.shape, [(a, np.asarray(idx), w) for a, (_, idx, w) in zip(axes, passes)])
+  for n, i in enumerate(order):
+    axis, idx, w = passes[i]
+    barrier = (n < len(order) - 1, n > 0)
+    barrier = (bool(barrier[0]), bool(barrier[1]))
+    x = apply_taps(x, axis, idx, w, barrier=barrier)
+  return x
