@@ -12,7 +12,7 @@ XLA's conversion equals the ONNX rule for most pairs; where it does not, the rul
 * float64 -> float32/float16/bfloat16/float8: XLA on CPU rounds float64 through float32 (double
   rounding) and flushes float32 subnormals to zero; here float64 is first rounded to float32 with
   round-to-odd, which makes the second rounding exact, and float32 subnormals are built from bits.
-* any -> int4/uint4/int2/uint2: wrap around (floats are truncated toward zero first).
+* any -> int4/uint4/int2/uint2: wrap around (floats are rounded half to even first).
 * STRING: on the host with NumPy, outside jit (JAX arrays cannot hold strings).
 """
 
@@ -57,17 +57,18 @@ def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True, round_mode:
   """Casts ``x`` to the element type ``to`` by the rules of ONNX Cast (opset 24 and later).
 
   Numeric rules (ONNX's Cast text): float -> float rounds to nearest even, +-Inf when out of
-  range; float -> integer truncates toward zero (out of range is undefined in ONNX; here
-  XLA saturates, and 4-/2-bit targets wrap); integer -> integer keeps the low bits (200 int16
-  -> -56 int8, wrap-around for int4/uint4/int2/uint2); integer -> float rounds, +-Inf when out of
-  range; anything -> bool is ``x != 0`` (NaN gives True); bool -> number is 1 or 0.
+  range; float -> integer truncates toward zero (out of range is undefined in ONNX; XLA
+  saturates); float -> int4/uint4/int2/uint2 rounds half to even, then keeps the low bits
+  (ONNX's Int4/Int2 notes); integer -> integer keeps the low bits (200 int16 -> -56 int8, 8
+  -> -8 int4); integer -> float rounds, +-Inf when out of range; anything -> bool is ``x != 0``
+  (NaN gives True); bool -> number is 1 or 0.
 
   Float8 targets (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ) follow ONNX's saturation tables: with
   ``saturate`` values beyond the largest finite value, and +-Inf, become +-max; without it they
-  become NaN (Inf for E5M2). FNUZ types have no -0 (it becomes +0). float8e8m0 (powers of two,
-  no sign, no zero) rounds the exponent by ``round_mode``; with ``saturate`` results above
-  2**127 (and Inf) become 2**127 and results below 2**-127 (and 0) become 2**-127; without it
-  they become NaN; negative inputs (unspecified in ONNX) are treated as their magnitude.
+  become NaN (Inf for E5M2). FNUZ types have no -0 (it becomes +0). float8e8m0 (powers of two
+  2**-127 .. 2**127, no sign, no zero) rounds the exponent by ``round_mode``; x > 2**127 (and
+  +Inf) becomes 2**127 with ``saturate``, NaN without; x < 2**-127 (and 0, and negative x,
+  which ONNX leaves unspecified) becomes 2**-127 with ``saturate``, NaN without.
   float4e2m1 saturates to +-6 and sends NaN to +0. The float6 types (Cast-28) exist in
   ml_dtypes but the installed XLA cannot convert them: they raise a TypeError.
 
@@ -273,8 +274,8 @@ def _int_to_int(x: jax.Array, dst: np.dtype) -> jax.Array:
 def _float_to_int(x: jax.Array, dst: np.dtype) -> jax.Array:
   if np.dtype(x.dtype) not in _WIDE_FLOATS:
     x = lax.convert_element_type(x, _F32)
-  if dst in _NARROW_INT:
-    return _int_to_int(lax.convert_element_type(x, _wide_int()), dst)  # truncate, then wrap
+  if dst in _NARROW_INT:  # ONNX's Int4/Int2 notes: round half to even, then keep the low bits
+    return _int_to_int(lax.convert_element_type(jnp.round(x), _wide_int()), dst)
   return lax.convert_element_type(x, dst)
 
 
@@ -354,26 +355,34 @@ def _tiny_from_f64(x: jax.Array, dst: np.dtype) -> jax.Array:
 
 
 def _to_e8m0(x: jax.Array, saturate: bool, mode: RoundMode) -> jax.Array:
-  """float -> float8e8m0 (2**-127 .. 2**127, NaN), from the exponent and mantissa bits."""
+  """float -> float8e8m0 (2**-127 .. 2**127, NaN), from the exponent and mantissa bits.
+
+  Out of range is judged on x itself, as ONNX's table writes it ("x > E8M0_MAX", "x <
+  E8M0_MIN"), not on the rounded value; 0, -0 and negative x are below E8M0_MIN. Bits, not
+  float comparisons, decide, so float32 subnormals count even where the CPU flushes them.
+  """
   if np.dtype(x.dtype) == _F64:
     utype, itype, nmant, bias = np.uint64, np.int64, 52, 1023
   else:
     x = lax.convert_element_type(x, _F32)
     utype, itype, nmant, bias = np.uint32, np.int32, 23, 127
   width = 8 * np.dtype(utype).itemsize
-  bits = lax.bitcast_convert_type(x, utype) & utype((1 << (width - 1)) - 1)  # |x|
+  raw = lax.bitcast_convert_type(x, utype)
+  negative = (raw >> utype(width - 1)) != 0
+  bits = raw & utype((1 << (width - 1)) - 1)  # |x|
   field = lax.convert_element_type(bits >> utype(nmant), itype)
   frac = bits & utype((1 << nmant) - 1)
   normal = field > 0
-  # Subnormal input: the leading one of the fraction sets the exponent.
-  lead = (width - 1) - lax.convert_element_type(lax.clz(frac), itype)  # bit index
-  lead_safe = jnp.maximum(lead, 0)
-  exponent = jnp.where(normal, field - bias, lead + (1 - bias - nmant))
-  below = jnp.where(normal, frac, frac & ~(utype(1) << lax.convert_element_type(lead_safe, utype)))
+  special = field == (1 << (width - 1 - nmant)) - 1  # Inf or NaN
+  nan = special & (frac != 0)
+  # A subnormal input: the leading one of the fraction sets the exponent.
+  lead = (width - 1) - lax.convert_element_type(lax.clz(frac), itype)  # -1 when frac == 0
+  exponent = jnp.where(normal, field - bias, lead + (1 - bias - nmant))  # floor(log2|x|)
+  lead_bit = utype(1) << lax.convert_element_type(jnp.maximum(lead, 0), utype)
+  below = jnp.where(normal, frac, frac & ~lead_bit)  # the bits after the leading one
   half_pos = jnp.where(normal, nmant - 1, lead - 1)
-  half_bit = jnp.where(
-      half_pos >= 0,
-      (below >> lax.convert_element_type(jnp.maximum(half_pos, 0), utype)) & utype(1), utype(0))
+  half_bit = (below >> lax.convert_element_type(jnp.maximum(half_pos, 0), utype)) & utype(1)
+  half_bit = jnp.where(half_pos >= 0, half_bit, utype(0))
   if mode is RoundMode.UP:
     inc = below != 0
   elif mode is RoundMode.NEAREST:
@@ -381,10 +390,9 @@ def _to_e8m0(x: jax.Array, saturate: bool, mode: RoundMode) -> jax.Array:
   else:
     inc = jnp.zeros(x.shape, bool)
   e = exponent + lax.convert_element_type(inc, itype)
-  absx = jnp.abs(x)
-  nan = jnp.isnan(x)
-  over = jnp.isinf(x) | (e > 127)
-  under = (absx == 0) | (e < -127)
+  zero = bits == 0
+  under = negative | zero | (exponent < -127)
+  over = (~negative) & (special | (exponent > 127) | ((exponent == 127) & (below != 0)))
   byte = lax.convert_element_type(jnp.clip(e, -127, 127) + 127, np.uint8)
   byte = jnp.where(over, np.uint8(254 if saturate else 255), byte)
   byte = jnp.where(under, np.uint8(0 if saturate else 255), byte)
