@@ -6,4 +6,11 @@ package; this namespace needs only jax and numpy.
 
 __version__ = "0.1.0"
 
-__all__: list[str] = []
+from jaxops._cast import cast as cast, cast_like as cast_like
+from jaxops._constant import constant_of_shape as constant_of_shape
+
+__all__: list[str] = [
+    "cast",
+    "cast_like",
+    "constant_of_shape",
+]
