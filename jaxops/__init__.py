@@ -6,4 +6,7 @@ package; this namespace needs only jax and numpy.
 
 __version__ = "0.1.0"
 
-__all__: list[str] = []
+from jaxops._pool import average_pool as average_pool
+from jaxops._pool import global_average_pool as global_average_pool
+
+__all__: list[str] = ["average_pool", "global_average_pool"]
