@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -210,38 +211,61 @@ def _average_pool(x: jax.Array, plan: tuple[_Axis, ...]) -> jax.Array:
   if dtype in (jnp.float16, jnp.bfloat16):
     x = x.astype(jnp.float32)
   lead = x.ndim - len(plan)
-  if all(a.k == a.s and a.d == 1 and a.lo == 0 and a.hi <= 0 for a in plan):
-    y = _tiled_sum(x, plan, lead)
-  else:
-    y = _separable_sum(x, plan, lead)
-  y = y / _divisor(plan, lead, y.dtype)
+  # Innermost axis first. Per axis, the faster of two ways to sum the windows (measured on CPU):
+  # shifted slices of a (length / stride, stride) reshape where the windows tile the axis or the
+  # axis is the innermost strided one, else a 1-D reduce_window.
+  for i in reversed(range(len(plan))):
+    a = plan[i]
+    if a.k == 1 and a.s == 1 and a.lo == 0 and a.hi == 0:
+      continue
+    if (a.k == a.s and a.d == 1) or (i == len(plan) - 1 and a.s > 1):
+      x = _taps_sum(x, lead + i, a)
+    else:
+      x = _window_sum(x, lead + i, a)
+  y = x / _divisor(plan, lead, x.dtype)
   return y.astype(dtype)
 
 
-def _tiled_sum(x: jax.Array, plan: tuple[_Axis, ...], lead: int) -> jax.Array:
-  """Window sums when the windows tile the input: cut the tail, reshape, sum."""
-  x = x[(slice(None),) * lead + tuple(slice(0, a.out * a.k) for a in plan)]
-  shape = x.shape[:lead] + tuple(v for a in plan for v in (a.out, a.k))
-  return jnp.sum(x.reshape(shape), axis=tuple(lead + 2 * i + 1 for i in range(len(plan))))
+def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
+  """Zero padding (negative: cutting) of ``x`` along ``axis``."""
+  if lo == 0 and hi == 0:
+    return x
+  config = [(0, 0, 0)] * x.ndim
+  config[axis] = (lo, hi, 0)
+  return lax.pad(x, np.zeros((), x.dtype), config)
 
 
-def _separable_sum(x: jax.Array, plan: tuple[_Axis, ...], lead: int) -> jax.Array:
-  """Window sums, one reduce_window per pooled axis (the window is a product of 1-D windows)."""
-  # Cut trailing elements that no window reads (negative end padding).
-  cut = tuple(slice(0, x.shape[lead + i] + min(a.hi, 0)) for i, a in enumerate(plan))
-  x = x[(slice(None),) * lead + cut]
-  for i, a in enumerate(plan):
-    if a.k == 1 and a.s == 1 and a.lo == 0 and a.hi <= 0:
-      continue
-    ax = lead + i
-    ones = [1] * x.ndim
-    window, strides, dil = list(ones), list(ones), list(ones)
-    window[ax], strides[ax], dil[ax] = a.k, a.s, a.d
-    padding = [(0, 0)] * x.ndim
-    padding[ax] = (a.lo, max(a.hi, 0))
-    x = lax.reduce_window(x, np.zeros((), x.dtype), lax.add, tuple(window), tuple(strides),
-                          tuple(padding), window_dilation=tuple(dil))
-  return x
+def _taps_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+  """Window sums along ``axis`` as ``k`` shifted slices of ``x`` viewed as (length / s, s).
+
+  Tap ``j`` of window ``o`` reads input position ``o * s + m`` with ``m = j * d - lo``; with
+  ``m = q * s + r`` that is row ``o + q``, column ``r`` of the reshaped axis. Rows outside the
+  input are zeros (a pad of the output-sized slice, which XLA fuses into the sum).
+  """
+  s = a.s
+  last = (a.out - 1) * s + (a.k - 1) * a.d - a.lo + 1  # one past the last position read
+  n = -(-max(last, 1) // s) * s
+  x = _pad_axis(x, axis, 0, n - x.shape[axis])
+  rows = n // s
+  if s > 1:
+    x = x.reshape(x.shape[:axis] + (rows, s) + x.shape[axis + 1:])
+  terms = []
+  for j in range(a.k):
+    q, r = divmod(j * a.d - a.lo, s)
+    col = lax.index_in_dim(x, r, axis=axis + 1, keepdims=False) if s > 1 else x
+    terms.append(_pad_axis(col, axis, -q, a.out - rows + q))
+  return functools.reduce(operator.add, terms)
+
+
+def _window_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+  """Window sums along ``axis`` with one 1-D reduce_window (zero padding, dilation)."""
+  x = _pad_axis(x, axis, 0, min(a.hi, 0))  # cut the tail no window reads
+  window, strides, dil = [1] * x.ndim, [1] * x.ndim, [1] * x.ndim
+  window[axis], strides[axis], dil[axis] = a.k, a.s, a.d
+  padding = [(0, 0)] * x.ndim
+  padding[axis] = (a.lo, max(a.hi, 0))
+  return lax.reduce_window(x, np.zeros((), x.dtype), lax.add, tuple(window), tuple(strides),
+                           tuple(padding), window_dilation=tuple(dil))
 
 
 def _divisor(plan: tuple[_Axis, ...], lead: int, dtype: Any) -> Any:
@@ -288,6 +312,11 @@ def global_average_pool(x: jax.typing.ArrayLike) -> jax.Array:
 @jax.jit
 def _global_average_pool(x: jax.Array) -> jax.Array:
   dtype = x.dtype
-  acc = jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
-  axes = tuple(range(2, x.ndim))
-  return jnp.mean(x, axis=axes, keepdims=True, dtype=acc).astype(dtype)
+  if dtype in (jnp.float16, jnp.bfloat16):
+    x = x.astype(jnp.float32)
+  size = math.prod(x.shape[2:])
+  # A matrix-vector product with ones is the fastest row sum on CPU (measured against jnp.mean
+  # and a reshape-sum); the sum is then divided by the static count, as the spec writes it.
+  sums = x.reshape(x.shape[:2] + (size,)) @ jnp.ones((size,), x.dtype)
+  y = sums / np.asarray(size, x.dtype)
+  return y.reshape(x.shape[:2] + (1,) * (x.ndim - 2)).astype(dtype)
