@@ -18,8 +18,6 @@ from jaxops.onnx import conformance  # noqa: E402
 PENDING: dict[str, str] = {
     "test_resize_": "issue 3: Resize",
     "test_upsample_": "issue 3: Upsample",
-    "test_averagepool_": "issue 4: AveragePool",
-    "test_globalaveragepool_": "issue 4: GlobalAveragePool",
 }
 
 

@@ -211,5 +211,46 @@ for _v in (9, 20, 21, 23, 24, 25):
 
 
 # --- AveragePool / GlobalAveragePool ------------------------------------------------------------
+# Version differences are attribute sets only: count_include_pad from 7, ceil_mode from 10,
+# dilations from 19, bfloat16 from 22. Every version's auto_pad output lengths equal the
+# newest formulas (see docs/DEVIATIONS.md, AveragePool, for AveragePool-11's text).
+
+_POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "pads", "strides"),
+               7: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad"),
+               10: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad",
+                    "ceil_mode")}
+
+
+def _average_pool(version: int) -> Adapt:
+  allowed = _POOL_ATTRS.get(version, _POOL_ATTRS[10] + ("dilations",))
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._pool import average_pool
+
+    unknown = sorted(set(attrs) - set(allowed))
+    if unknown:
+      raise ValueError(f"jaxops.onnx: AveragePool-{version} has no attribute(s) {unknown}; it "
+                       f"takes {sorted(allowed)}")
+    if "kernel_shape" not in attrs:
+      raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
+    return [average_pool(
+        inputs[0], ints(attrs["kernel_shape"]), strides=ints(attrs.get("strides")),
+        pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
+        auto_pad=attr(attrs, "auto_pad", "NOTSET"),
+        ceil_mode=bool(attr(attrs, "ceil_mode", 0)),
+        count_include_pad=bool(attr(attrs, "count_include_pad", 0)))]
+
+  return adapt
+
+
+for _v in (1, 7, 10, 11, 19, 22):
+  register("AveragePool", _v)(_average_pool(_v))
+
+
+@register("GlobalAveragePool", 1, 22)
+def _global_average_pool(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  from jaxops._pool import global_average_pool
+
+  return [global_average_pool(inputs[0])]
 
 
