@@ -6,4 +6,6 @@ package; this namespace needs only jax and numpy.
 
 __version__ = "0.1.0"
 
-__all__: list[str] = []
+from jaxops._resize import resize as resize
+
+__all__: list[str] = ["resize"]
