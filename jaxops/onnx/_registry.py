@@ -35,6 +35,10 @@ class Adapter:
 
 ADAPTERS: dict[tuple[str, int], Adapter] = {}
 
+# The operators jaxops sets out to cover, every version of each.
+OPERATORS = ("Cast", "CastLike", "ConstantOfShape", "Resize", "Upsample", "AveragePool",
+             "GlobalAveragePool")
+
 
 def register(op_type: str, *since_versions: int, static_inputs: Sequence[int] = (),
              host: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[Adapt], Adapt]:
@@ -203,9 +207,151 @@ for _v in (9, 20, 21, 23, 24, 25):
 
 
 # --- Resize / Upsample --------------------------------------------------------------------------
+# Resize-10 and Upsample-7/9(/10) run as onnxruntime runs them (asymmetric coordinates; nearest
+# rounds down on upsampled axes and up on downsampled ones): the private `_resize10` keyword.
+# Resize-11+ map their attributes onto jaxops.resize. scales/sizes decide the output shape, so
+# they are static; roi is not: an initializer or Constant roi arrives as NumPy (static tables),
+# a graph input is traced (the jnp table path).
+
+_RESIZE_COORD_MODES = {
+    11: ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+         "tf_half_pixel_for_nn", "tf_crop_and_resize"),
+    13: ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"),
+    18: ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"),
+    19: ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+         "tf_crop_and_resize"),
+}
+
+
+def _optional(value: Any) -> Any:
+  """None for an omitted or empty optional tensor input."""
+  if value is None:
+    return None
+  if isinstance(value, np.ndarray) and value.size == 0:
+    return None
+  if getattr(value, "size", 1) == 0:
+    return None
+  return value
+
+
+def _upsample_like(op: str, version: int, x: Any, scales: Any, mode: str,
+                   check_ge_1: bool) -> list[Any]:
+  from jaxops import _resize
+
+  if mode not in ("nearest", "linear"):
+    raise ValueError(f"{op}-{version}: attribute `mode` must be 'nearest' or 'linear'; got "
+                     f"{mode!r}")
+  s = np.asarray(scales, dtype=np.float32).reshape(-1)
+  if check_ge_1 and np.any(s < 1):
+    raise ValueError(f"{op}-{version}: `scales` must be >= 1 (Upsample only upsamples); got "
+                     f"{s.tolist()}")
+  return [_resize.resize(x, scales=s, mode=mode, coordinate_transformation_mode="asymmetric",
+                         _resize10=True)]
+
+
+@register("Upsample", 7)
+def _upsample_7(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  return _upsample_like("Upsample", 7, inputs[0], attrs["scales"], attr(attrs, "mode", "nearest"),
+                        True)
+
+
+@register("Upsample", 9, static_inputs=(1,))
+def _upsample_9(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  return _upsample_like("Upsample", 9, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
+                        True)
+
+
+@register("Resize", 10, static_inputs=(1,))
+def _resize_10(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  return _upsample_like("Resize", 10, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
+                        False)
+
+
+@register("Upsample", 10, static_inputs=(1,))
+def _upsample_10(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  # Upsample-10 is deprecated: the same node as Resize-10.
+  return _upsample_like("Upsample", 10, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
+                        False)
+
+
+def _resize_n(version: int) -> Adapt:
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _resize
+
+    inputs = list(inputs) + [None] * (4 - len(inputs))
+    x, roi, scales, sizes = inputs[:4]
+    coord = attr(attrs, "coordinate_transformation_mode", "half_pixel")
+    if coord not in _RESIZE_COORD_MODES[version]:
+      raise ValueError(f"Resize-{version}: attribute `coordinate_transformation_mode` must be "
+                       f"one of {_RESIZE_COORD_MODES[version]}; got {coord!r}")
+    scales, sizes = _optional(scales), _optional(sizes)
+    kwargs: dict[str, Any] = {}
+    if version >= 18:
+      kwargs["antialias"] = bool(attr(attrs, "antialias", 0))
+      kwargs["keep_aspect_ratio_policy"] = attr(attrs, "keep_aspect_ratio_policy", "stretch")
+      if "axes" in attrs:
+        kwargs["axes"] = tuple(int(a) for a in attrs["axes"])
+    roi = _optional(roi) if coord == "tf_crop_and_resize" else None
+    y = _resize.resize(
+        x, sizes=None if sizes is None else np.asarray(sizes).reshape(-1),
+        scales=None if scales is None else np.asarray(scales, np.float32).reshape(-1),
+        roi=roi, mode=attr(attrs, "mode", "nearest"), coordinate_transformation_mode=coord,
+        nearest_mode=attr(attrs, "nearest_mode", "round_prefer_floor"),
+        cubic_coeff_a=attr(attrs, "cubic_coeff_a", -0.75),
+        exclude_outside=bool(attr(attrs, "exclude_outside", 0)),
+        extrapolation_value=attr(attrs, "extrapolation_value", 0.0), **kwargs)
+    return [y]
+
+  return adapt
+
+
+for _v in (11, 13, 18, 19):
+  register("Resize", _v, static_inputs=(2, 3))(_resize_n(_v))
+
 
 
 
 # --- AveragePool / GlobalAveragePool ------------------------------------------------------------
+# Version differences are attribute sets only: count_include_pad from 7, ceil_mode from 10,
+# dilations from 19, bfloat16 from 22. Every version's auto_pad output lengths equal the
+# newest formulas (see docs/DEVIATIONS.md, AveragePool, for AveragePool-11's text).
+
+_POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "pads", "strides"),
+               7: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad"),
+               10: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad",
+                    "ceil_mode")}
+
+
+def _average_pool(version: int) -> Adapt:
+  allowed = _POOL_ATTRS.get(version, _POOL_ATTRS[10] + ("dilations",))
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._pool import average_pool
+
+    unknown = sorted(set(attrs) - set(allowed))
+    if unknown:
+      raise ValueError(f"jaxops.onnx: AveragePool-{version} has no attribute(s) {unknown}; it "
+                       f"takes {sorted(allowed)}")
+    if "kernel_shape" not in attrs:
+      raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
+    return [average_pool(
+        inputs[0], ints(attrs["kernel_shape"]), strides=ints(attrs.get("strides")),
+        pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
+        auto_pad=attr(attrs, "auto_pad", "NOTSET"),
+        ceil_mode=bool(attr(attrs, "ceil_mode", 0)),
+        count_include_pad=bool(attr(attrs, "count_include_pad", 0)))]
+
+  return adapt
+
+
+for _v in (1, 7, 10, 11, 19, 22):
+  register("AveragePool", _v)(_average_pool(_v))
+
+
+@register("GlobalAveragePool", 1, 22)
+def _global_average_pool(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  from jaxops._pool import global_average_pool
+
+  return [global_average_pool(inputs[0])]
 
 
