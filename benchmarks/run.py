@@ -60,25 +60,25 @@ def pin_threads(threads: int) -> None:
 
 
 def gpu_status() -> tuple[str | None, str]:
-  """(GPU name or None, why there is no GPU table when there is none)."""
+  """(GPU name or None, why there is no GPU table when there is none).
+
+  The GPU table needs jax on a CUDA device (jaxops is what it measures); torch without CUDA
+  only takes the torch rows out of it.
+  """
   import jax
+  import torch
   try:
     jax_gpu = jax.devices("gpu")
   except RuntimeError:
     jax_gpu = []
-  try:
-    import torch
-    torch_gpu = torch.cuda.is_available()
-  except ImportError:
-    torch_gpu = False
-  if jax_gpu or torch_gpu:
-    name = torch.cuda.get_device_name(0) if torch_gpu else str(jax_gpu[0].device_kind)
-    return name, ""
-  return None, ("Not run here: no CUDA GPU was visible to this run (jax backends: "
-                f"{jax.default_backend()}; torch.cuda.is_available() = {torch_gpu}). "
-                "Run the same command on a CUDA machine (jax with CUDA, torch with CUDA) to add "
-                "this table: jaxops against torch CUDA and jax.image on the device, with the "
-                "device's copy bandwidth measured in the same run.")
+  if jax_gpu:
+    return str(jax_gpu[0].device_kind), ""
+  return None, ("Not run here: no CUDA GPU was visible to jax in this run (jax backend: "
+                f"{jax.default_backend()}; torch.cuda.is_available() = "
+                f"{torch.cuda.is_available()}). Run the same command on a CUDA machine (jax with "
+                "CUDA, torch with CUDA) to add this table: jaxops against torch CUDA and "
+                "jax.image/flax on the device, synchronised, with the device's copy bandwidth "
+                "measured in the same run.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
