@@ -221,7 +221,9 @@ def check(case: Case) -> None:
   """Warm every system up once and label its agreement with jaxops (or the first system)."""
   outs = {s.name: (s.view or _identity)(s.run()) for s in case.systems}
   case.floor.run()
-  ref_name = "jaxops" if "jaxops" in outs else (case.systems[0].name if case.systems else None)
+  if not outs:
+    return
+  ref_name = "jaxops" if "jaxops" in outs else case.systems[0].name
   for s in case.systems:
     if s.name == ref_name:
       s.agrees, s.agreement = True, "reference"

@@ -43,7 +43,7 @@ def ort_system(op: str, feeds: dict[str, np.ndarray], *, node_inputs: Sequence[s
   for k, v in feeds.items():
     binding.bind_cpu_input(k, np.ascontiguousarray(v))
   binding.bind_output("y", "cpu")
-  out_dtype = BY_ENUM[out_enum].dtype
+  out_dtype = np.dtype(BY_ENUM[out_enum].dtype)
 
   def run() -> np.ndarray:
     sess.run_with_iobinding(binding)

@@ -46,7 +46,7 @@ def _build(c: CastCase) -> Any:
   def build(ctx: Context) -> tuple[Builder, int, Any]:
     import jaxops
     x = _input(ctx)
-    target = BY_NAME[c.to].dtype
+    target = np.dtype(BY_NAME[c.to].dtype)
     b = Builder(ctx.jax_device(), x)
     b.add("jaxops", lambda: b.jax(lambda a: jaxops.cast(a, c.to, saturate=True), x))
     clip_note = f"clips to +-{c.clip:g} first (no saturating cast)" if c.clip else ""
@@ -57,7 +57,7 @@ def _build(c: CastCase) -> Any:
 
       def numpy_run() -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
-          return (np.clip(x, -c.clip, c.clip) if c.clip else x).astype(target)
+          return (x if c.clip is None else np.clip(x, -c.clip, c.clip)).astype(target)
 
       b.add("numpy", lambda: System("numpy", numpy_run), note=clip_note)
     else:
@@ -73,9 +73,10 @@ def _torch(c: CastCase, x: np.ndarray, ctx: Context) -> Any:
   import torch
   dtype = getattr(torch, c.torch_dtype)
   xt = to_torch(x, ctx)
-  if c.clip:
-    return torch_system(lambda: torch.clamp(xt, -c.clip, c.clip).to(dtype), ctx)
-  return torch_system(lambda: xt.to(dtype), ctx)
+  if c.clip is None:
+    return torch_system(lambda: xt.to(dtype), ctx)
+  bound = c.clip
+  return torch_system(lambda: torch.clamp(xt, -bound, bound).to(dtype), ctx)
 
 
 SPECS = tuple(Spec("Cast", f"float32->{c.to.lower()}", "fwd", _build(c)) for c in CASES)

@@ -22,6 +22,8 @@ pytest.importorskip("matplotlib")
 from benchmarks import _harness  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+OP_FUNCTIONS = {"Resize": "resize", "AveragePool": "average_pool",
+                "GlobalAveragePool": "global_average_pool", "Cast": "cast"}
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -43,9 +45,13 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   assert [r["label"] for r in results] == [x for x in labels if x]
   assert {r["group"] for r in results} == {"Resize", "AveragePool", "GlobalAveragePool", "Cast"}
   assert {r["pass"] for r in results} == {"fwd", "bwd"}
+  import jaxops
   for r in results:
     timed = [s for s in r["systems"] if s["median_s"] is not None]
     assert timed, r["label"]
+    if hasattr(jaxops, OP_FUNCTIONS[r["group"]]):  # the harness calls the API as documented
+      assert r["jaxops_s"] is not None, (r["label"], r["missing"])
+      assert r["ratio_floor"] is not None
     assert r["floor_s"] is not None and r["bytes_moved"] > 0
     assert all(s["agreement"] for s in r["systems"]), r["label"]
   text = (out / "RESULTS.md").read_text()
@@ -56,22 +62,7 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   assert before == after, "the smoke run must not write into the repository"
 
 
-def test_jaxops_rows_are_timed_where_the_op_exists(tmp_path: Path) -> None:
-  import jaxops
-  if not hasattr(jaxops, "cast"):
-    pytest.skip("jaxops.cast has not landed")
-  proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",
-              "--device", "cpu", "--only", "bfloat16", "--out", str(tmp_path),
-              "--json", str(tmp_path / "r.json"))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  results = json.loads((tmp_path / "r.json").read_text())["results"]
-  cast = next(r for r in results if r["group"] == "Cast")
-  assert cast["jaxops_s"] is not None and cast["ratio_floor"] is not None
-
-
 def test_unknown_only_word_is_an_error() -> None:
-  proc = _run("-m", "benchmarks.run", "--only", "no-such-case", "--list")
-  assert proc.returncode == 0 and proc.stdout.strip() == ""
   proc = _run("-m", "benchmarks.run", "--only", "no-such-case")
   assert proc.returncode == 2
   assert "no case matches --only 'no-such-case'" in proc.stderr
