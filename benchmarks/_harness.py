@@ -77,13 +77,11 @@ class Case:
   def system(self, name: str) -> System | None:
     return next((s for s in self.systems if s.name == name), None)
 
-  @property
-  def best_peer(self) -> System | None:
-    """The fastest peer that agrees with jaxops, else the fastest peer (its label says why)."""
-    peers = [s for s in self.systems if s.name != "jaxops" and s.median_s is not None]
-    agreeing = [s for s in peers if s.agrees]
-    pool = agreeing or peers
-    return min(pool, key=lambda s: s.median_s or np.inf) if pool else None
+  def best_peer(self, *, agreeing: bool = False) -> System | None:
+    """The fastest peer (that agrees with jaxops' output, if ``agreeing``), or None."""
+    peers = [s for s in self.systems if s.name != "jaxops" and s.median_s is not None
+             and (s.agrees or not agreeing)]
+    return min(peers, key=lambda s: s.median_s or np.inf) if peers else None
 
 
 class Builder:
@@ -231,6 +229,11 @@ def check(case: Case) -> None:
     s.agrees, s.agreement = compare(outs[ref_name], outs[s.name], case.rtol, case.atol)
     if ref_name != "jaxops":
       s.agreement += f" vs {ref_name}"
+
+
+def grad_of_sum_of_squares(f: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Array], Any]:
+  """``x -> jax.grad(sum(f(x) ** 2))(x)``: the backward rows' work (forward included)."""
+  return jax.grad(lambda x: jnp.sum(jnp.square(f(x))))
 
 
 def _identity(x: Any) -> Any:

@@ -86,15 +86,15 @@ def torch_system(fn: Callable[[], Any], ctx: Context, *, note: str = "") -> Syst
   return System("torch", run, note=note)
 
 
-def torch_vjp(op: Callable[[Any], Any], x: np.ndarray, g: np.ndarray, ctx: Context) -> System:
-  """torch autograd backward only: the graph is recorded once and replayed with retain_graph."""
+def torch_grad(op: Callable[[Any], Any], x: np.ndarray, ctx: Context) -> System:
+  """torch autograd: the gradient of ``sum(op(x) ** 2)`` with respect to ``x`` (forward included,
+  as in ``jax.grad``)."""
   import torch
   xt = to_torch(x, ctx, requires_grad=True)
-  gt = to_torch(g, ctx)
-  y = op(xt)
 
   def run() -> Any:
-    (dx,) = torch.autograd.grad(y, xt, gt, retain_graph=True)
+    y = op(xt)
+    (dx,) = torch.autograd.grad((y * y).sum(), xt)
     return dx
 
   return torch_system(run, ctx)
