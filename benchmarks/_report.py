@@ -166,14 +166,13 @@ def chart(results: Sequence[dict[str, Any]], path: Path) -> None:
             "Cast": "tab:purple"}
   labels = [f"{r['label']} (vs {r['best_peer']}{'' if r['best_peer_agrees'] else ', differs'})"
             for r in rows]
-  ax.barh(range(len(rows)), [r["ratio_best_peer"] for r in rows],
-          color=[colors.get(r["group"], "tab:gray") for r in rows])
+  bars = ax.barh(range(len(rows)), [r["ratio_best_peer"] for r in rows],
+                 color=[colors.get(r["group"], "tab:gray") for r in rows])
   ax.set_yticks(range(len(rows)), labels, fontsize=7)
   ax.invert_yaxis()
   ax.set_xscale("log")
   ax.axvline(1.0, color="black", linewidth=0.8)
   ax.set_xlabel("jaxops time / best peer time (log; < 1: jaxops faster)")
-  bars = ax.containers[0]
   ax.bar_label(bars, labels=[f"{r['ratio_best_peer']:.2f}" for r in rows], fontsize=7, padding=2)
   ax.set_title("jaxops against the fastest peer")
   if not rows:
