@@ -179,7 +179,7 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
     Array([[1.  , 1.25, 1.75, 2.  ],
            [3.  , 3.25, 3.75, 4.  ]], dtype=float32)
     >>> jaxops.resize(x, sizes=[3], axes=[-1], mode="nearest").tolist()
-    [[1.0, 2.0, 2.0], [3.0, 4.0, 4.0]]
+    [[1.0, 1.0, 2.0], [3.0, 3.0, 4.0]]
     >>> jaxops.resize(jnp.arange(4.0), sizes=[2], roi=[0.25, 0.75], mode="linear",
     ...               coordinate_transformation_mode="tf_crop_and_resize").tolist()
     [0.75, 2.25]
