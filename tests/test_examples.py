@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import types
@@ -84,5 +85,11 @@ def test_sharded_example_needs_no_collectives():
                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8",
                          "JAX_PLATFORMS": "cpu"})
   assert out.startswith("8 cpu devices"), out
-  assert out.count("equals the one-device result: True") == 3, out
   assert out.count("collectives in the compiled HLO: none") == 3, out
+  # Equal to the one-device run up to last-bit rounding of float32 sums, seen after the cast
+  # to bfloat16 as at most one bfloat16 ulp (2**-7 relative; the values are below 4 here).
+  agreements = re.findall(r"vs the one-device result: (bitwise equal|max \|diff\| (\S+))", out)
+  assert len(agreements) == 3, out
+  for text, diff in agreements:
+    assert text == "bitwise equal" or float(diff) <= 4 * 2.0**-7, out
+  assert "batch sharding P('b',)" in out and "vs the one-device result: bitwise equal" in out
