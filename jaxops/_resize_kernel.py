@@ -172,7 +172,7 @@ def _gather_sum(x: jax.Array, axis: int, idx: np.ndarray, w: Any) -> jax.Array:
   traced (out, K) array. The result has x's dtype (x is already the compute dtype).
   """
   out, k = idx.shape
-  bshape = (out,) + (1,) * (x.ndim - axis - 1)
+  bshape = (1,) * axis + (out,) + (1,) * (x.ndim - axis - 1)
   y = None
   for c in range(k):
     if isinstance(w, np.ndarray):

@@ -1,0 +1,243 @@
+"""Tests of the resize device kernel (jaxops._resize_kernel).
+
+The oracle is an independent dense NumPy formulation: the tap table becomes an (out, in) matrix
+(np.add.at over the taps) applied with np.tensordot in float64; its transpose is the matrix
+transpose. Gradients are checked numerically with jax.test_util.check_grads. No expected value
+is derived from jaxops.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from jaxops import _resize_kernel as rk
+from jaxops._resize_kernel import apply_separable, apply_taps
+
+# Per-dtype tolerance (relative to the largest |weight| * |x| sum), in one place.
+TOL = {np.float16: 2e-3, jnp.bfloat16: 1.6e-2, np.float32: 2e-6, np.float64: 1e-12}
+
+
+def _dense(idx: np.ndarray, w: np.ndarray, n_in: int) -> np.ndarray:
+  m = np.zeros((idx.shape[0], n_in))
+  rows = np.repeat(np.arange(idx.shape[0]), idx.shape[1])
+  np.add.at(m, (rows, idx.reshape(-1)), np.asarray(w, np.float64).reshape(-1))
+  return m
+
+
+def _oracle(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray) -> np.ndarray:
+  m = _dense(idx, w, x.shape[axis])
+  y = np.tensordot(m, np.asarray(x, np.float64), axes=([1], [axis]))
+  return np.moveaxis(y, 0, axis)
+
+
+def _table(rng: np.random.Generator, n_in: int, n_out: int, k: int) -> tuple:
+  idx = rng.integers(0, n_in, size=(n_out, k))
+  w = rng.standard_normal((n_out, k))
+  return idx, w
+
+
+def _resize_table(n_in: int, n_out: int) -> tuple:
+  """A linear half_pixel table written from the ONNX formula (clamped taps)."""
+  x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+  f = np.floor(x)
+  i0 = f.astype(np.int64)
+  i1 = np.minimum(i0 + 1, n_in - 1)
+  return np.stack([i0, i1], 1), np.stack([1 - (x - f), x - f], 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Values
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_tables_match_dense_oracle(seed):
+  rng = np.random.default_rng(seed)
+  rank = int(rng.integers(1, 5))
+  shape = tuple(int(s) for s in rng.integers(1, 7, size=rank))
+  axis = int(rng.integers(0, rank))
+  idx, w = _table(rng, shape[axis], int(rng.integers(1, 9)), int(rng.integers(1, 5)))
+  x = rng.standard_normal(shape)
+  y = apply_taps(jnp.asarray(x), axis, idx, w)
+  assert y.dtype == jnp.float64 and y.shape == _oracle(x, axis, idx, w).shape
+  np.testing.assert_allclose(np.asarray(y), _oracle(x, axis, idx, w), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1, 2])
+@pytest.mark.parametrize("n_out", [257, 301])
+def test_large_arrays_take_the_barrier_path(axis, n_out):
+  # Big enough (>= 1 MiB out, minor >= 16) for the concatenation barrier; odd and even lengths.
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((3, 40, 260)).astype(np.float32)
+  if axis == 0:
+    x = rng.standard_normal((200, 4, 400)).astype(np.float32)
+  idx, w = _table(rng, x.shape[axis], n_out, 3)
+  want = _oracle(x, axis % 3, idx, w)
+  for barrier in [(True, True), (False, False)]:
+    y = jax.jit(lambda x, b=barrier: apply_taps(x, axis, idx, w, barrier=b))(x)
+    np.testing.assert_allclose(np.asarray(y), want, rtol=2e-5, atol=2e-5)
+
+
+def test_resize_like_tables_and_separable_order():
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((2, 3, 64, 48)).astype(np.float32)
+  ih, wh = _resize_table(64, 128)
+  iw, ww = _resize_table(48, 17)
+  want = _oracle(_oracle(x, 2, ih, wh), 3, iw, ww)
+  y = jax.jit(lambda x: apply_separable(x, [(2, ih, wh), (-1, iw, ww)]))(x)
+  np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5)
+  # Upsampling: the minor axis runs first, on the smaller array.
+  ih2, wh2 = _resize_table(256, 512)
+  passes = [(2, ih2, wh2), (3, ih2, wh2)]
+  assert rk.pass_order((8, 3, 256, 256), passes) == [1, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, jnp.bfloat16, np.float32, np.float64])
+def test_dtypes(dtype):
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((3, 9, 5))
+  idx, w = _resize_table(9, 20)
+  xd = jnp.asarray(x, dtype)
+  y = apply_taps(xd, 1, idx, w)
+  assert y.dtype == jnp.dtype(dtype)
+  # Half types compute in float32 and round once: compare with the oracle on the rounded input.
+  want = _oracle(np.asarray(xd.astype(jnp.float64)), 1, idx, w)
+  np.testing.assert_allclose(np.asarray(y.astype(jnp.float64)), want, rtol=TOL[dtype],
+                             atol=TOL[dtype] * 4)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.bool_])
+def test_pure_copies_are_exact_for_any_dtype(dtype):
+  x = (np.arange(24).reshape(4, 6) % 7).astype(dtype)
+  idx = np.array([[5], [0], [0], [3], [2]])
+  y = apply_taps(jnp.asarray(x), 1, idx, np.ones((5, 1)))
+  assert y.dtype == jnp.dtype(dtype)
+  np.testing.assert_array_equal(np.asarray(y), x[:, idx[:, 0]])
+
+
+def test_zero_weight_columns_and_repeated_taps():
+  x = np.arange(5.0)
+  idx = np.array([[0, 0, 4], [2, 2, 2], [4, 3, 4]])
+  w = np.array([[0.25, 0.5, 0.0], [1.0, -1.0, 0.0], [0.5, 0.25, 0.0]])
+  np.testing.assert_allclose(np.asarray(apply_taps(jnp.asarray(x), 0, idx, w)),
+                             [0.0 * 0.75, 0.0, 4 * 0.5 + 3 * 0.25])
+
+
+# ----------------------------------------------------------------------------------------------
+# Transforms: grad, jit, vmap, no retrace
+
+
+def test_vjp_is_the_transposed_matrix():
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((4, 7, 3))
+  idx, w = _table(rng, 7, 11, 4)
+  ct = rng.standard_normal((4, 11, 3))
+  _, vjp = jax.vjp(lambda x: apply_taps(x, 1, idx, w), jnp.asarray(x))
+  want = np.moveaxis(np.tensordot(_dense(idx, w, 7).T, ct, axes=([1], [1])), 0, 1)
+  np.testing.assert_allclose(np.asarray(vjp(jnp.asarray(ct))[0]), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_check_grads_static_weights(axis):
+  rng = np.random.default_rng(axis)
+  x = rng.standard_normal((4, 5, 6))
+  idx, w = _table(rng, x.shape[axis], 7, 3)
+  check_grads(lambda x: apply_taps(x, axis, idx, w), (x,), order=2, modes=["fwd", "rev"])
+
+
+def test_check_grads_traced_weights():
+  rng = np.random.default_rng(21)
+  x = rng.standard_normal((3, 6, 4))
+  idx, w = _table(rng, 6, 5, 3)
+  f = lambda x, w: apply_taps(x, 1, idx, w)
+  check_grads(f, (x, w), order=2, modes=["fwd", "rev"])
+  y = jax.jit(f)(x, jnp.asarray(w))
+  np.testing.assert_allclose(np.asarray(y), _oracle(x, 1, idx, w), rtol=1e-12, atol=1e-12)
+
+
+def test_check_grads_separable_chain():
+  rng = np.random.default_rng(8)
+  x = rng.standard_normal((2, 6, 5))
+  i1, w1 = _resize_table(6, 9)
+  i2, w2 = _resize_table(5, 3)
+  f = lambda x: apply_separable(x, [(1, i1, w1), (2, i2, w2)])
+  check_grads(f, (x,), order=2, modes=["fwd", "rev"])
+  g = jax.grad(lambda x: jnp.sum(f(x) ** 2))(jnp.asarray(x))
+  m1, m2 = _dense(i1, w1, 6), _dense(i2, w2, 5)
+  y = np.einsum("ji,bik,lk->bjl", m1, x, m2)
+  np.testing.assert_allclose(np.asarray(g), np.einsum("ji,bjl,lk->bik", m1, 2 * y, m2),
+                             rtol=1e-12, atol=1e-12)
+
+
+def test_vmap_over_x_and_over_weights():
+  rng = np.random.default_rng(4)
+  xs = rng.standard_normal((3, 6, 6))
+  idx, w = _table(rng, 6, 8, 2)
+  ws = rng.standard_normal((3, 8, 2))
+  y = jax.vmap(lambda x: apply_taps(x, 1, idx, w), in_axes=2, out_axes=0)(xs)
+  for i in range(6):
+    np.testing.assert_allclose(np.asarray(y[i]), _oracle(xs[:, :, i], 1, idx, w), rtol=1e-12)
+  yw = jax.jit(jax.vmap(lambda x, w: apply_taps(x, 1, idx, w), in_axes=(None, 0)))(xs[0], ws)
+  yb = jax.vmap(lambda x, w: apply_taps(x, 1, idx, w))(xs, ws)
+  for b in range(3):
+    np.testing.assert_allclose(np.asarray(yw[b]), _oracle(xs[0], 1, idx, ws[b]), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(yb[b]), _oracle(xs[b], 1, idx, ws[b]), rtol=1e-12)
+  check_grads(jax.vmap(lambda x, w: apply_taps(x, 1, idx, w)), (xs, ws), order=2,
+              modes=["fwd", "rev"])
+
+
+def test_no_retrace_and_tables_interned():
+  traces = []
+  idx, w = _resize_table(10, 23)
+
+  @jax.jit
+  def f(x):
+    traces.append(1)
+    # Fresh NumPy copies on every trace: equal content must give the same static table.
+    return apply_taps(x, 0, idx.copy(), w.copy())
+
+  x = jnp.ones((10, 3))
+  f(x)
+  f(x + 1)
+  g = jax.jit(jax.grad(lambda x: jnp.sum(f(x) ** 2)))
+  g(x)
+  g(x + 1)
+  assert len(traces) == 1  # g reuses f's traced jaxpr; repeated calls never retrace
+  assert rk._table(idx, w, 10) is rk._table(idx.copy(), w.copy(), 10)
+  assert rk._table(idx, w, 10).transpose().transpose() == rk._table(idx, w, 10).transpose(
+  ).transpose()
+
+
+def test_eager_calls_reuse_the_compiled_kernel():
+  idx, w = _resize_table(6, 4)
+  x = jnp.arange(12.0).reshape(6, 2)
+  a = apply_taps(x, 0, idx, w)
+  b = apply_taps(x, 0, idx.copy(), w.copy())
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  np.testing.assert_allclose(np.asarray(a), _oracle(np.asarray(x), 0, idx, w), rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors
+
+
+def test_errors_name_the_argument():
+  x = jnp.zeros((4, 5))
+  idx, w = np.zeros((3, 2), int), np.zeros((3, 2))
+  with pytest.raises(ValueError, match=r"resize: argument `axis` must be an integer in \[-2, 2\)"):
+    apply_taps(x, 2, idx, w)
+  with pytest.raises(ValueError, match=r"argument `idx` must be indices in \[0, 4\)"):
+    apply_taps(x, 0, idx + 4, w)
+  with pytest.raises(ValueError, match=r"argument `weights` must be an array of shape \(3, 2\)"):
+    apply_taps(x, 0, idx, np.zeros((3, 1)))
+  with pytest.raises(TypeError, match=r"argument `idx` must be a 2-D integer table"):
+    apply_taps(x, 0, idx.astype(float), w)
+  with pytest.raises(TypeError, match=r"argument `idx` must be a static NumPy integer table"):
+    jax.jit(lambda i: apply_taps(x, 0, i, w))(idx)
+  with pytest.raises(TypeError, match=r"argument `x` must be a floating array unless the taps"):
+    apply_taps(jnp.zeros((4, 5), jnp.int32), 0, idx, w + 0.5)
+  with pytest.raises(ValueError, match=r"argument `passes` must be passes on distinct axes"):
+    apply_separable(x, [(0, idx, w), (-2, idx, w)])
