@@ -77,6 +77,8 @@ class _Table:
     self._transpose: _Table | None = None
     self._pos_t: np.ndarray | None = None
     self.copy = w is not None and self.k == 1 and bool(np.all(w == 1.0))
+    # Tap columns that are not all zero (what the device plan reads per output).
+    self.live_taps = self.k if w is None else int(np.count_nonzero(np.any(w != 0, axis=0)))
 
   def __hash__(self) -> int:
     return self._hash
@@ -396,7 +398,7 @@ batching.primitive_batchers[_dyn_taps_p] = _dyn_batch
 
 
 def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
-               barrier: tuple[bool, bool] = (True, True)) -> jax.Array:
+               barrier: tuple[bool, bool] | None = None) -> jax.Array:
   """Resample ``x`` along ``axis`` with static tap indices and static or traced weights.
 
   Computes ``y[..., j, ...] = sum_k weights[j, k] * x[..., idx[j, k], ...]``. Differentiable in
@@ -410,8 +412,9 @@ def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
     weights: shape ``(out, K)``: static (NumPy / Python values; float64 tables are rounded to the
       compute dtype) or a traced JAX array.
     barrier: (forward, backward): whether this pass's result (and its transpose's result) is
-      materialised behind a fusion barrier (see ``_materialized``). Leave both on unless the pass
-      is the last (forward) or first (backward) of a chain, as ``apply_separable`` does.
+      materialised behind a fusion barrier (see ``_materialized``). The default puts one where
+      the table has more than one live tap (pure copies fuse for free). ``apply_separable``
+      drops it after the last pass of a chain.
 
   Returns:
     An array like ``x`` with ``out`` elements along ``axis``, of ``x``'s dtype. float16 and
@@ -451,6 +454,8 @@ def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
     raise value_error(_OP, "idx", idx, "a table with at least one tap (K >= 1)")
   if traced:
     table = _table(idx_np, None, n_in)
+    if barrier is None:
+      barrier = (table.k > 1, table.transpose().k > 1)
     if not jnp.issubdtype(x.dtype, jnp.floating):
       raise type_error(_OP, "x", x, "a floating array when the weights are traced")
     if not jnp.issubdtype(weights.dtype, jnp.floating):
@@ -458,6 +463,8 @@ def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
     return _dyn_taps_p.bind(x, weights, axis=axis, table=table, barrier=barrier)
   w_np = np.asarray(weights, dtype=np.float64)
   table = _table(idx_np, w_np, n_in)
+  if barrier is None:
+    barrier = (table.live_taps > 1, table.transpose().live_taps > 1)
   if not jnp.issubdtype(x.dtype, jnp.floating) and not table.copy:
     raise type_error(
         _OP, "x", x, "a floating array unless the taps are pure copies (K == 1, weights 1); "
@@ -495,6 +502,17 @@ def pass_order(shape: tuple[int, ...], passes: Sequence[tuple[int, np.ndarray, A
   return list(best[1]) if best else []
 
 
+def _live(n_in: int, idx: Any, w: Any) -> tuple[int, int]:
+  """Live taps of a pass and of its transpose (an upper bound where ``n_in`` is unknown)."""
+  idx = np.asarray(idx)
+  if isinstance(w, jax.core.Tracer):
+    return idx.shape[1], 2
+  w = np.asarray(w, dtype=np.float64)
+  k = int(np.count_nonzero(np.any(w != 0, axis=0)))
+  n = max(int(idx.max()) + 1 if idx.size else 1, n_in)
+  return k, _table(idx, w, n).transpose().live_taps
+
+
 def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]]) -> jax.Array:
   """Apply several ``apply_taps`` passes (distinct axes) in the cheapest order.
 
@@ -524,7 +542,10 @@ def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]])
   order = pass_order(x.shape, [(a, np.asarray(idx), w) for a, (_, idx, w) in zip(axes, passes)])
   for n, i in enumerate(order):
     axis, idx, w = passes[i]
-    barrier = (n < len(order) - 1, n > 0)
-    barrier = (bool(barrier[0]), bool(barrier[1]))
-    x = apply_taps(x, axis, idx, w, barrier=barrier)
+    # A barrier after a pass pays one copy to save the next pass from recomputing this one's
+    # taps for each of its own taps: worth it when both have more than one live tap.
+    k_this, kt_this = _live(x.shape[axis], idx, w)
+    fwd = n < len(order) - 1 and k_this > 1 and _live(0, *passes[order[n + 1]][1:])[0] > 1
+    bwd = n > 0 and kt_this > 1 and _live(-1, *passes[order[n - 1]][1:])[1] > 1
+    x = apply_taps(x, axis, idx, w, barrier=(bool(fwd), bool(bwd)))
   return x
