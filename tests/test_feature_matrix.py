@@ -73,12 +73,37 @@ def test_ort_cubic_is_2d_or_4d_only_jaxops_any_rank():
                                                                                          12, 12)
 
 
-def test_ort_linear_does_not_resize_the_batch_axis_jaxops_any_axis():
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_ort_does_not_resize_the_batch_axis_jaxops_any_axis(mode):
   sizes = np.array([2, 1, 9, 7], np.int64)
-  with pytest.raises(Exception, match="Linear"):
-    _ort([_resize_node(mode="linear")], {"x": X4, "roi": np.zeros(0, np.float32), "sizes": sizes},
+  with pytest.raises(Exception, match=mode.capitalize()):
+    _ort([_resize_node(mode=mode)], {"x": X4, "roi": np.zeros(0, np.float32), "sizes": sizes},
          TensorProto.FLOAT, 19)
-  assert jaxops.resize(X4, sizes=(2,), axes=(0,), mode="linear").shape == (2, 1, 9, 7)
+  assert jaxops.resize(X4, sizes=(2,), axes=(0,), mode=mode).shape == (2, 1, 9, 7)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"mode": "nearest", "nearest_mode": m} for m in ("round_prefer_floor", "round_prefer_ceil",
+                                                     "floor", "ceil")] + [
+    {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1},
+    {"mode": "linear", "keep_aspect_ratio_policy": "not_larger", "axes": [2, 3]},
+    {"mode": "linear", "keep_aspect_ratio_policy": "not_smaller", "axes": [2, 3]}],
+    ids=str)
+def test_ort_runs_the_other_resize_attributes(attrs):
+  sizes = SIZES4[2:] if "axes" in attrs else SIZES4
+  y = _ort([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)],
+           {"x": X4, "sizes": sizes}, TensorProto.FLOAT, 19)
+  assert y.ndim == 4
+
+
+@pytest.mark.parametrize("attrs", [{}, {"ceil_mode": 1}, {"count_include_pad": 1, "pads": [1] * 4},
+                                   {"dilations": [2, 2]}, {"auto_pad": "SAME_LOWER"}], ids=str)
+def test_ort_runs_every_average_pool_attribute(attrs):
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                          **attrs)
+  assert _ort([node], {"x": X4}, TensorProto.FLOAT, 22).ndim == 4
+  node3 = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3, 3])
+  assert _ort([node3], {"x": X5}, TensorProto.FLOAT, 22).shape == (1, 1, 2, 4, 4)
 
 
 def _cast_roundtrip(to: int, opset: int) -> np.ndarray:
