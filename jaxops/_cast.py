@@ -334,7 +334,8 @@ def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode
 
 # float32-range subnormals: (unsigned type, exponent-field shift, field mask, smallest subnormal
 # exponent). XLA on CPU flushes them to zero when it converts float32/bfloat16 to float64.
-_SUBNORMAL_LAYOUT = {_F32: (np.uint32, 23, 0xFF, -149), _BF16: (np.uint16, 7, 0xFF, -133)}
+_SUBNORMAL_LAYOUT: dict[np.dtype, tuple[type[np.unsignedinteger[Any]], int, int, int]] = {
+    _F32: (np.uint32, 23, 0xFF, -149), _BF16: (np.uint16, 7, 0xFF, -133)}
 
 
 def _to_f64(x: jax.Array) -> jax.Array:
