@@ -334,7 +334,8 @@ def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode
 
 # float32-range subnormals: (unsigned type, exponent-field shift, field mask, smallest subnormal
 # exponent). XLA on CPU flushes them to zero when it converts float32/bfloat16 to float64.
-_SUBNORMAL_LAYOUT = {_F32: (np.uint32, 23, 0xFF, -149), _BF16: (np.uint16, 7, 0xFF, -133)}
+_SUBNORMAL_LAYOUT: dict[np.dtype, tuple[Any, int, int, int]] = {
+    _F32: (np.uint32, 23, 0xFF, -149), _BF16: (np.uint16, 7, 0xFF, -133)}
 
 
 def _to_f64(x: jax.Array) -> jax.Array:
@@ -394,6 +395,8 @@ def _to_e8m0(x: jax.Array, saturate: bool, mode: RoundMode) -> jax.Array:
   E8M0_MIN"), not on the rounded value; 0, -0 and negative x are below E8M0_MIN. Bits, not
   float comparisons, decide, so float32 subnormals count even where the CPU flushes them.
   """
+  utype: Any
+  itype: Any
   if np.dtype(x.dtype) == _F64:
     utype, itype, nmant, bias = np.uint64, np.int64, 52, 1023
   else:
