@@ -172,6 +172,8 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
   source_is_string = _is_string_array(x)
   if target.name == "STRING" or source_is_string:
     return _host_cast(op, x, target, source_is_string, saturate, mode, fnuz_inf_to_nan)
+  if hasattr(x, "dtype"):
+    _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
   x = jnp.asarray(x)
   _check_dtype(op, "x", x.dtype)
   _check_dtype(op, "to", target.dtype)

@@ -551,6 +551,8 @@ def test_argument_errors():
     with pytest.raises(TypeError, match=rf"argument `to`: {name} .* installed JAX/XLA cannot "
                        r"convert"):
       jaxops.cast(x, name)
+  with pytest.raises(TypeError, match=r"argument `x`: FLOAT6E2M3 .* installed JAX/XLA cannot"):
+    jaxops.cast(np.ones(2, ml_dtypes.float6_e2m3fn), "FLOAT")
 
 
 def test_to_accepts_enum_name_and_dtype():
