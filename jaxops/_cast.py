@@ -397,8 +397,8 @@ def _to_e8m0(x: jax.Array, saturate: bool, mode: RoundMode) -> jax.Array:
   E8M0_MIN"), not on the rounded value; 0, -0 and negative x are below E8M0_MIN. Bits, not
   float comparisons, decide, so float32 subnormals count even where the CPU flushes them.
   """
-  utype: Any
-  itype: Any
+  utype: type[np.unsignedinteger[Any]]
+  itype: type[np.signedinteger[Any]]
   if np.dtype(x.dtype) == _F64:
     utype, itype, nmant, bias = np.uint64, np.int64, 52, 1023
   else:
