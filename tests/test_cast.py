@@ -123,16 +123,6 @@ def test_float8_special_values_table_cast24():
     assert bits[0] & 0x80
 
 
-def test_fnuz_inf_private_keyword_is_cast19_table():
-  # Cast-19/21/23: with saturate, +-Inf -> NaN for the FNUZ types, FLT_MAX for the others.
-  x = np.array([np.inf, -np.inf, 1e6], np.float32)
-  for dst in FNUZ:
-    got = _f64(jaxops.cast(x, np.dtype(dst), _fnuz_inf_to_nan=True))
-    assert np.isnan(got[:2]).all() and got[2] == float(ml_dtypes.finfo(dst).max)
-  got = _f64(jaxops.cast(x, "FLOAT8E4M3FN", _fnuz_inf_to_nan=True))
-  np.testing.assert_array_equal(got, [448, -448, 448])
-
-
 def _nearest_even(x: float, dtype) -> float:
   """Round-to-nearest-even of x into dtype, found exactly with fractions among neighbours."""
   utype = np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint32
@@ -554,6 +544,23 @@ def test_argument_errors():
       jaxops.cast(x, name)
   with pytest.raises(TypeError, match=r"argument `x`: FLOAT6E2M3 .* installed JAX/XLA cannot"):
     jaxops.cast(np.ones(2, ml_dtypes.float6_e2m3fn), "FLOAT")
+
+
+def test_every_type_to_and_from_float32():
+  # The dtype contract, for every ONNX element type a JAX array holds: 1 casts to 1 (True).
+  from jaxops import _dtypes
+
+  types = [t for t in _dtypes.ELEM_TYPES
+           if t.jax_ok and t.dtype.kind != "c" and not t.name.startswith("FLOAT6")]
+  assert len(types) == 23
+  xs = [np.ones(2).astype(t.dtype) for t in types]
+  to_f32, from_f32 = jax.jit(lambda f, *a: ([jaxops.cast(v, "FLOAT") for v in a],
+                                            [jaxops.cast(f, t.enum) for t in types]))(
+                                                np.ones(2, np.float32), *xs)
+  for t, a, b in zip(types, to_f32, from_f32):
+    assert a.dtype == np.float32 and b.dtype == t.dtype, t.name
+    np.testing.assert_array_equal(a, [1, 1], err_msg=t.name)
+    np.testing.assert_array_equal(np.asarray(b).astype(np.float64), [1, 1], err_msg=t.name)
 
 
 def test_to_accepts_enum_name_and_dtype():
