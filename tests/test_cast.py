@@ -323,7 +323,7 @@ def test_bool_rules():
 
 def _ort_roundtrip(x: np.ndarray, to: int, opset: int, **attrs) -> np.ndarray:
   """onnxruntime's Cast(x, to) then Cast back to FLOAT (its Python API lacks narrow types)."""
-  onnx = pytest.importorskip("onnx")
+  pytest.importorskip("onnx")
   ort = pytest.importorskip("onnxruntime")
   from onnx import TensorProto, helper
 
@@ -334,7 +334,6 @@ def _ort_roundtrip(x: np.ndarray, to: int, opset: int, **attrs) -> np.ndarray:
       [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))])
   model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
   model.ir_version = 11
-  del onnx
   sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
   return sess.run(None, {"x": x})[0]
 
@@ -391,6 +390,7 @@ def test_string_texts_read_back_to_the_same_value():
 
 
 def test_float_to_string_matches_onnxruntime():
+  pytest.importorskip("onnx")
   ort = pytest.importorskip("onnxruntime")
   from onnx import TensorProto, helper
 
