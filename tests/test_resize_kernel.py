@@ -152,7 +152,7 @@ def test_check_grads_traced_weights():
   rng = np.random.default_rng(21)
   x = rng.standard_normal((3, 6, 4))
   idx, w = _table(rng, 6, 5, 3)
-  f = lambda x, w: apply_taps(x, 1, idx, w)
+  f = jax.jit(lambda x, w: apply_taps(x, 1, idx, w))
   check_grads(f, (x, w), order=2, modes=["fwd", "rev"])
   y = jax.jit(f)(x, jnp.asarray(w))
   np.testing.assert_allclose(np.asarray(y), _oracle(x, 1, idx, w), rtol=1e-12, atol=1e-12)
@@ -163,7 +163,7 @@ def test_check_grads_separable_chain():
   x = rng.standard_normal((2, 6, 5))
   i1, w1 = _resize_table(6, 9)
   i2, w2 = _resize_table(5, 3)
-  f = lambda x: apply_separable(x, [(1, i1, w1), (2, i2, w2)])
+  f = jax.jit(lambda x: apply_separable(x, [(1, i1, w1), (2, i2, w2)]))
   check_grads(f, (x,), order=2, modes=["fwd", "rev"])
   g = jax.grad(lambda x: jnp.sum(f(x) ** 2))(jnp.asarray(x))
   m1, m2 = _dense(i1, w1, 6), _dense(i2, w2, 5)
@@ -185,7 +185,7 @@ def test_vmap_over_x_and_over_weights():
   for b in range(3):
     np.testing.assert_allclose(np.asarray(yw[b]), _oracle(xs[0], 1, idx, ws[b]), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(yb[b]), _oracle(xs[b], 1, idx, ws[b]), rtol=1e-12)
-  check_grads(jax.vmap(lambda x, w: apply_taps(x, 1, idx, w)), (xs, ws), order=2,
+  check_grads(jax.jit(jax.vmap(lambda x, w: apply_taps(x, 1, idx, w))), (xs, ws), order=2,
               modes=["fwd", "rev"])
 
 
