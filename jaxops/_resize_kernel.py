@@ -219,8 +219,10 @@ def _materialized(x: jax.Array, axis: int, idx: np.ndarray, w: Any, barrier: boo
   producing the result as such a concatenation is a reliable fusion barrier:
 
   - a pass along the minor axis computes its first and second half of outputs and joins them;
-  - a pass along another axis computes its even and odd outputs, joins them along the minor
-    dimension and reshapes, which interleaves the rows back into place.
+  - a pass along another axis computes its first and second half of outputs, joins them along
+    the minor dimension, and reshapes/transposes the rows back into place (index arithmetic in
+    the consumer). Halves rather than even/odd rows: even and odd rows of a periodic table share
+    tap columns, which XLA would CSE into shared, separately materialised gathers.
 
   Neither slices its input, so XLA cannot fold a slice of the previous pass's concatenation back
   into that pass. The last pass of a chain does not need the barrier (``barrier=False``).
@@ -236,14 +238,14 @@ def _materialized(x: jax.Array, axis: int, idx: np.ndarray, w: Any, barrier: boo
     return jnp.concatenate(
         [_gather_sum(x, axis, idx[:h], w[:h]), _gather_sum(x, axis, idx[h:], w[h:])], axis=minor)
   half = (out + 1) // 2
-  odd_rows = np.concatenate([np.arange(1, out, 2), [out - 1] * (out % 2)]).astype(np.int64)
-  parts = [_gather_sum(x, axis, idx[0::2], w[0::2]),
-           _gather_sum(x, axis, idx[odd_rows], w[odd_rows])]
+  rows_b = np.concatenate([np.arange(half, out), [out - 1] * (2 * half - out)]).astype(np.int64)
+  parts = [_gather_sum(x, axis, idx[:half], w[:half]),
+           _gather_sum(x, axis, idx[rows_b], w[rows_b])]
   y = jnp.concatenate(parts, axis=minor)                       # (..., half, ..., 2 * n_minor)
   shape = list(x.shape)
-  shape[axis:axis + 1] = [half]
+  shape[axis] = half
   y = y.reshape(tuple(shape[:minor]) + (2, n_minor))           # split the joined minor dim
-  y = jnp.moveaxis(y, minor, axis + 1)                         # (..., half, 2, ..., n_minor)
+  y = jnp.moveaxis(y, minor, axis)                             # (..., 2, half, ..., n_minor)
   shape = list(x.shape)
   shape[axis] = 2 * half
   y = y.reshape(shape)

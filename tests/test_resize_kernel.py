@@ -241,3 +241,12 @@ def test_errors_name_the_argument():
     apply_taps(jnp.zeros((4, 5), jnp.int32), 0, idx, w + 0.5)
   with pytest.raises(ValueError, match=r"argument `passes` must be passes on distinct axes"):
     apply_separable(x, [(0, idx, w), (-2, idx, w)])
+
+
+def test_empty_outputs_and_inputs():
+  x = jnp.ones((3, 4))
+  none = (np.zeros((0, 2), int), np.zeros((0, 2)))
+  assert apply_taps(x, 1, *none).shape == (3, 0)
+  np.testing.assert_array_equal(np.asarray(jax.grad(lambda x: apply_taps(x, 1, *none).sum())(x)),
+                                np.zeros((3, 4)))
+  assert apply_taps(jnp.ones((0, 4)), 1, np.zeros((3, 2), int), np.ones((3, 2))).shape == (0, 3)
