@@ -304,13 +304,14 @@ ad.deflinear2(_taps_p, _taps_transpose)
 
 def _taps_jvp(primals: tuple, tangents: tuple, *, axis: int, table: _Table,
               barrier: tuple[bool, bool]) -> tuple[jax.Array, Any]:
-  """Linear JVP; under differentiation the primal result is always materialised.
+  """Linear JVP; under differentiation the primal result is materialised (unless a pure copy).
 
   The backward pass reads the forward result (e.g. the ``2 * y`` of a squared loss), so keeping
   it behind a fusion barrier stops XLA from recomputing it inside the first transposed pass.
   """
   (x,), (t,) = primals, tangents
-  y = _taps_p.bind(x, axis=axis, table=table, barrier=(True, barrier[1]))
+  keep = table.live_taps > 1 or barrier[0]  # pure copies are as cheap to recompute as to read
+  y = _taps_p.bind(x, axis=axis, table=table, barrier=(keep, barrier[1]))
   if type(t) is ad.Zero:
     return y, ad.Zero(t.aval.update(shape=y.shape))
   return y, _taps_p.bind(ad.instantiate_zeros(t), axis=axis, table=table, barrier=barrier)
