@@ -124,10 +124,12 @@ _POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "pads", "strides"),
                7: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad"),
                10: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad",
                     "ceil_mode")}
+_POOL_ATTRS[11] = _POOL_ATTRS[10]
+_POOL_ATTRS[19] = _POOL_ATTRS[22] = _POOL_ATTRS[10] + ("dilations",)
 
 
 def _average_pool(version: int) -> Adapt:
-  allowed = _POOL_ATTRS.get(version, _POOL_ATTRS[10] + ("dilations",))
+  allowed = _POOL_ATTRS[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops._pool import average_pool
