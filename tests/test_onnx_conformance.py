@@ -16,8 +16,6 @@ from jaxops.onnx import conformance  # noqa: E402
 # Op prefixes whose cases are expected to fail until the issue named here lands; strict, so a
 # case that starts passing fails the suite until its mark is removed.
 PENDING: dict[str, str] = {
-    "test_resize_": "issue 3: Resize",
-    "test_upsample_": "issue 3: Upsample",
 }
 
 

@@ -35,6 +35,10 @@ class Adapter:
 
 ADAPTERS: dict[tuple[str, int], Adapter] = {}
 
+# The operators jaxops sets out to cover, every version of each.
+OPERATORS = ("Cast", "CastLike", "ConstantOfShape", "Resize", "Upsample", "AveragePool",
+             "GlobalAveragePool")
+
 
 def register(op_type: str, *since_versions: int, static_inputs: Sequence[int] = (),
              host: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[Adapt], Adapt]:
@@ -104,14 +108,206 @@ def ints(value: Any) -> tuple[int, ...] | None:
 
 
 # --- Cast / CastLike ----------------------------------------------------------------------------
+# Each version's type constraints are read from onnx's schema; Cast-1's `to` is a type name.
+# Cast-19/21/23 (and CastLike-19/21/23, which defer to Cast) send +-Inf to NaN for the FNUZ
+# float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default).
 
+_ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
+
+
+def _allowed_types(op_type: str, since: int, param: str) -> frozenset[str]:
+  """The ONNX element type names that ``param`` of ``op_type`` version ``since`` allows."""
+  import onnx.defs
+
+  schema = onnx.defs.get_schema(op_type, since, "")
+  for constraint in schema.type_constraints:
+    if constraint.type_param_str == param:
+      inner = [t[len("tensor("):-1] for t in constraint.allowed_type_strs]
+      return frozenset(_ONNX_TYPE_NAMES.get(t, t.upper()) for t in inner)
+  raise KeyError(param)
+
+
+def _check_type(op_type: str, since: int, param: str, what: str, name: str) -> None:
+  allowed = _allowed_types(op_type, since, param)
+  if name not in allowed:
+    raise TypeError(f"jaxops.onnx: {op_type} version {since} does not allow {what} of type "
+                    f"{name}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _type_name(value: Any) -> str:
+  from jaxops import _dtypes
+
+  return _dtypes.of_dtype(np.dtype(value.dtype)).name
+
+
+def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
+  return {"saturate": bool(attr(attrs, "saturate", 1)) if since >= 19 else True,
+          "round_mode": attr(attrs, "round_mode", "up") if since >= 24 else "up",
+          "_fnuz_inf_to_nan": 19 <= since <= 23}
+
+
+def _casts_to_string(attrs: dict[str, Any]) -> bool:
+  to = attrs.get("to")
+  return to == 8 or (isinstance(to, str) and to.upper() == "STRING")
+
+
+def _make_cast(since: int) -> Adapt:
+  def cast_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _cast, _dtypes
+
+    x = inputs[0]
+    if "to" not in attrs:
+      raise ValueError(f"jaxops.onnx: Cast version {since} needs the attribute `to`")
+    target = _dtypes.elem_type("Cast", "to", attrs["to"])
+    _check_type("Cast", since, "T1", "input", _type_name(x))
+    _check_type("Cast", since, "T2", "`to`", target.name)
+    return [_cast.cast(x, target.enum, **_cast_kwargs(since, attrs))]
+
+  return cast_adapter
+
+
+def _make_cast_like(since: int) -> Adapt:
+  def cast_like_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _cast
+
+    x, like = inputs[0], inputs[1]
+    _check_type("CastLike", since, "T1", "input", _type_name(x))
+    _check_type("CastLike", since, "T2", "target_type", _type_name(like))
+    return [_cast.cast_like(x, like, **_cast_kwargs(since, attrs))]
+
+  return cast_like_adapter
+
+
+for _v in (1, 6, 9, 13, 19, 21, 23, 24, 25, 28):
+  register("Cast", _v, host=_casts_to_string)(_make_cast(_v))
+for _v in (15, 19, 21, 23, 24, 25):
+  register("CastLike", _v)(_make_cast_like(_v))
 
 
 # --- ConstantOfShape ----------------------------------------------------------------------------
+# Input 0 (the shape) decides the output shape: a static input. The versions differ only in the
+# dtypes `value` may have (read from onnx's schema).
 
+
+def _make_constant_of_shape(since: int) -> Adapt:
+  def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _constant
+
+    value = attrs.get("value")
+    if value is not None:
+      value = np.asarray(value)
+      _check_type("ConstantOfShape", since, "T2", "`value`", _type_name(value))
+    return [_constant.constant_of_shape(np.asarray(inputs[0]).reshape(-1), value)]
+
+  return constant_of_shape_adapter
+
+
+for _v in (9, 20, 21, 23, 24, 25):
+  register("ConstantOfShape", _v, static_inputs=(0,))(_make_constant_of_shape(_v))
 
 
 # --- Resize / Upsample --------------------------------------------------------------------------
+# Resize-10 and Upsample-7/9(/10) run as onnxruntime runs them (asymmetric coordinates; nearest
+# rounds down on upsampled axes and up on downsampled ones): the private `_resize10` keyword.
+# Resize-11+ map their attributes onto jaxops.resize. scales/sizes decide the output shape, so
+# they are static; roi is not: an initializer or Constant roi arrives as NumPy (static tables),
+# a graph input is traced (the jnp table path).
+
+_RESIZE_COORD_MODES = {
+    11: ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+         "tf_half_pixel_for_nn", "tf_crop_and_resize"),
+    13: ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"),
+    18: ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"),
+    19: ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+         "tf_crop_and_resize"),
+}
+
+
+def _optional(value: Any) -> Any:
+  """None for an omitted or empty optional tensor input."""
+  if value is None:
+    return None
+  if isinstance(value, np.ndarray) and value.size == 0:
+    return None
+  if getattr(value, "size", 1) == 0:
+    return None
+  return value
+
+
+def _upsample_like(op: str, version: int, x: Any, scales: Any, mode: str,
+                   check_ge_1: bool) -> list[Any]:
+  from jaxops import _resize
+
+  if mode not in ("nearest", "linear"):
+    raise ValueError(f"{op}-{version}: attribute `mode` must be 'nearest' or 'linear'; got "
+                     f"{mode!r}")
+  s = np.asarray(scales, dtype=np.float32).reshape(-1)
+  if check_ge_1 and np.any(s < 1):
+    raise ValueError(f"{op}-{version}: `scales` must be >= 1 (Upsample only upsamples); got "
+                     f"{s.tolist()}")
+  return [_resize.resize(x, scales=s, mode=mode, coordinate_transformation_mode="asymmetric",
+                         _resize10=True)]
+
+
+@register("Upsample", 7)
+def _upsample_7(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  return _upsample_like("Upsample", 7, inputs[0], attrs["scales"], attr(attrs, "mode", "nearest"),
+                        True)
+
+
+@register("Upsample", 9, static_inputs=(1,))
+def _upsample_9(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  return _upsample_like("Upsample", 9, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
+                        True)
+
+
+@register("Resize", 10, static_inputs=(1,))
+def _resize_10(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  return _upsample_like("Resize", 10, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
+                        False)
+
+
+@register("Upsample", 10, static_inputs=(1,))
+def _upsample_10(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  # Upsample-10 is deprecated: the same node as Resize-10.
+  return _upsample_like("Upsample", 10, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
+                        False)
+
+
+def _resize_n(version: int) -> Adapt:
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _resize
+
+    inputs = list(inputs) + [None] * (4 - len(inputs))
+    x, roi, scales, sizes = inputs[:4]
+    coord = attr(attrs, "coordinate_transformation_mode", "half_pixel")
+    if coord not in _RESIZE_COORD_MODES[version]:
+      raise ValueError(f"Resize-{version}: attribute `coordinate_transformation_mode` must be "
+                       f"one of {_RESIZE_COORD_MODES[version]}; got {coord!r}")
+    scales, sizes = _optional(scales), _optional(sizes)
+    kwargs: dict[str, Any] = {}
+    if version >= 18:
+      kwargs["antialias"] = bool(attr(attrs, "antialias", 0))
+      kwargs["keep_aspect_ratio_policy"] = attr(attrs, "keep_aspect_ratio_policy", "stretch")
+      if "axes" in attrs:
+        kwargs["axes"] = tuple(int(a) for a in attrs["axes"])
+    roi = _optional(roi) if coord == "tf_crop_and_resize" else None
+    y = _resize.resize(
+        x, sizes=None if sizes is None else np.asarray(sizes).reshape(-1),
+        scales=None if scales is None else np.asarray(scales, np.float32).reshape(-1),
+        roi=roi, mode=attr(attrs, "mode", "nearest"), coordinate_transformation_mode=coord,
+        nearest_mode=attr(attrs, "nearest_mode", "round_prefer_floor"),
+        cubic_coeff_a=attr(attrs, "cubic_coeff_a", -0.75),
+        exclude_outside=bool(attr(attrs, "exclude_outside", 0)),
+        extrapolation_value=attr(attrs, "extrapolation_value", 0.0), **kwargs)
+    return [y]
+
+  return adapt
+
+
+for _v in (11, 13, 18, 19):
+  register("Resize", _v, static_inputs=(2, 3))(_resize_n(_v))
+
 
 
 
@@ -141,7 +337,7 @@ def _average_pool(version: int) -> Adapt:
     if "kernel_shape" not in attrs:
       raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
     return [average_pool(
-        inputs[0], ints(attrs["kernel_shape"]), strides=ints(attrs.get("strides")),
+        inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
         pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
         auto_pad=attr(attrs, "auto_pad", "NOTSET"),
         ceil_mode=bool(attr(attrs, "ceil_mode", 0)),

@@ -1,0 +1,540 @@
+"""resize(): ONNX Resize (and Upsample) as a separable gather, exact to the specification.
+
+Everything that depends only on static arguments (output lengths, source coordinates, tap
+indices, tap weights, extrapolation masks) is computed once per static configuration in NumPy
+float64, exactly as the specification writes it, and cached; it enters the graph as constants.
+The device work per resized axis is ``jaxops._resize_kernel.apply_taps``: a gather of K taps
+along that axis and a weighted sum. A traced ``roi`` (tf_crop_and_resize) takes a path that
+computes the same tables with jnp, so gradients flow to the roi.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxops import _checks
+from jaxops._resize_kernel import apply_taps
+
+_OP = "resize"
+
+
+class Mode(_checks.StrEnum):
+  """Interpolation mode."""
+
+  NEAREST = "nearest"
+  LINEAR = "linear"
+  CUBIC = "cubic"
+
+
+class CoordinateTransformationMode(_checks.StrEnum):
+  """How an output coordinate maps to an input coordinate (one axis at a time)."""
+
+  HALF_PIXEL = "half_pixel"
+  HALF_PIXEL_SYMMETRIC = "half_pixel_symmetric"
+  PYTORCH_HALF_PIXEL = "pytorch_half_pixel"
+  ALIGN_CORNERS = "align_corners"
+  ASYMMETRIC = "asymmetric"
+  TF_CROP_AND_RESIZE = "tf_crop_and_resize"
+  TF_HALF_PIXEL_FOR_NN = "tf_half_pixel_for_nn"  # Resize-11 only (removed in Resize-13)
+
+
+class NearestMode(_checks.StrEnum):
+  """How mode="nearest" rounds a fractional source coordinate."""
+
+  ROUND_PREFER_FLOOR = "round_prefer_floor"
+  ROUND_PREFER_CEIL = "round_prefer_ceil"
+  FLOOR = "floor"
+  CEIL = "ceil"
+
+
+class KeepAspectRatioPolicy(_checks.StrEnum):
+  """How ``sizes`` is read (Resize-18+)."""
+
+  STRETCH = "stretch"
+  NOT_LARGER = "not_larger"
+  NOT_SMALLER = "not_smaller"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Axis:
+  """The static plan of one resized axis (hashable: part of the jit cache key)."""
+
+  axis: int            # axis of x
+  slot: int            # position in `axes` (selects roi[slot], roi[n + slot])
+  in_len: int
+  out_len: int
+  scale: float         # the scale of the coordinate formulas
+  target_len: float    # output_width: scale * in_len, fractional when it comes from `scales`
+  resized_len: float   # length_resized of align_corners / tf_crop_and_resize / pytorch_half_pixel
+  roi: tuple[float, float] | None  # static roi (start, end), tf_crop_and_resize only
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+  plans: tuple[_Axis, ...]
+  out_shape: tuple[int, ...]
+  mode: Mode
+  coord: CoordinateTransformationMode
+  nearest: NearestMode
+  cubic_coeff_a: float
+  exclude_outside: bool
+  extrapolation_value: float
+  antialias: bool
+  resize10: bool
+
+
+def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLike | None = None,
+           axes: Any = None, mode: str = "nearest",
+           coordinate_transformation_mode: str = "half_pixel",
+           nearest_mode: str = "round_prefer_floor", cubic_coeff_a: float = -0.75,
+           exclude_outside: bool = False, extrapolation_value: float = 0.0,
+           keep_aspect_ratio_policy: str = "stretch", antialias: bool = False,
+           _resize10: bool = False) -> jax.Array:
+  """Resizes ``x`` as ONNX Resize-19 does: nearest, N-linear or N-cubic, on any axes.
+
+  Each resized axis is resampled separately. For output index ``x_resized`` on an axis of input
+  length ``length_original``, the source coordinate ``x_original`` is (``scale`` is the axis'
+  scale; ``output_width`` = ``scale * length_original``, fractional when it comes from
+  ``scales``; ``output_width_int`` the output length; ``length_resized`` is ``output_width``
+  when ``scales`` is given and the output length when ``sizes`` is)::
+
+    half_pixel            (x_resized + 0.5) / scale - 0.5
+    half_pixel_symmetric  offset + (x_resized + 0.5) / scale - 0.5, where
+                          offset = length_original / 2 * (1 - output_width_int / output_width)
+    pytorch_half_pixel    length_resized > 1 ? (x_resized + 0.5) / scale - 0.5 : 0
+    align_corners         x_resized * (length_original - 1) / (length_resized - 1)  (0 if 1)
+    asymmetric            x_resized / scale
+    tf_crop_and_resize    length_resized > 1
+                          ? start * (length_original - 1)
+                            + x_resized * (end - start) * (length_original - 1) / (length_resized - 1)
+                          : 0.5 * (start + end) * (length_original - 1)
+                          and ``extrapolation_value`` where x_original < 0 or > length_original - 1
+    tf_half_pixel_for_nn  (x_resized + 0.5) / scale          (Resize-11 only)
+
+  ``nearest`` takes the pixel at ``x_original`` rounded by ``nearest_mode``; ``linear`` weights
+  the two neighbours by ``1 - |d|``; ``cubic`` the four neighbours by Keys' kernel with
+  ``a = cubic_coeff_a``: ``(a+2)|d|^3 - (a+3)|d|^2 + 1`` for ``|d| <= 1``, ``a|d|^3 - 5a|d|^2
+  + 8a|d| - 4a`` for ``1 < |d| < 2``. Taps outside the input repeat the edge pixel, or get weight
+  0 (the rest renormalised to sum 1) with ``exclude_outside``. With ``antialias`` and
+  ``scale < 1`` the linear/cubic kernel is stretched by ``1 / scale`` (more taps, normalised).
+
+  Output lengths: from ``scales``, ``floor(float32(scale) * length_original)`` (computed in
+  float64 from the float32 scale, as the reference and ONNX shape inference do); from ``sizes``,
+  ``sizes[i]``, or with ``keep_aspect_ratio_policy`` "not_larger"/"not_smaller" the min/max of
+  ``sizes[i] / length`` over ``axes`` as the scale of every axis and
+  ``floor(scale * length + 0.5)`` as the length.
+
+  Static and traced arguments: ``sizes``, ``scales``, ``axes`` and the modes decide shapes and
+  tables, so they must be concrete (Python or NumPy values) under ``jax.jit``/``vmap``/``grad``;
+  a tracer there is a TypeError. ``x`` may be traced, and so may ``roi``: a traced roi takes a
+  path that builds the tap tables with jnp, so ``resize`` is differentiable with respect to it
+  (and ``jax.vmap`` over roi boxes gives a batched crop-and-resize). A concrete roi is static.
+  Each static configuration is traced and compiled once; repeated calls reuse it.
+
+  Args:
+    x: the input, any rank >= 1.
+    sizes: the output length of each axis in ``axes`` (integers >= 0). Exactly one of
+      ``sizes`` and ``scales``.
+    scales: the scale of each axis in ``axes`` (> 0; < 1 downsamples).
+    roi: ``[start_1, ..., start_n, end_1, ..., end_n]`` over ``axes``, normalised to [0, 1]
+      input coordinates; used (and required) by tf_crop_and_resize only.
+    axes: the axes that ``sizes``/``scales``/``roi`` refer to (negative counts from the back,
+      any order, no repeats); default all axes.
+    mode: "nearest", "linear" or "cubic".
+    coordinate_transformation_mode: one of the modes listed above.
+    nearest_mode: "round_prefer_floor", "round_prefer_ceil", "floor" or "ceil".
+    cubic_coeff_a: the ``a`` of the cubic kernel (-0.75 as PyTorch, -0.5 as TensorFlow).
+    exclude_outside: give taps outside the input weight 0 and renormalise (linear/cubic).
+    extrapolation_value: the output value outside the roi's valid range (tf_crop_and_resize).
+    keep_aspect_ratio_policy: "stretch", "not_larger" or "not_smaller" (``sizes`` only).
+    antialias: widen the linear/cubic kernel when downsampling.
+    _resize10: private; Resize-10/Upsample-7/9 as onnxruntime runs them: asymmetric
+      coordinates computed in float32, and mode="nearest" rounds down (truncates) on an axis
+      whose scale is >= 1 and up (ceil) on an axis whose scale is < 1.
+
+  Returns:
+    The resized array, of ``x``'s dtype. float16/bfloat16 compute in float32; integer inputs
+    to linear/cubic compute in floating point (float32 up to 16-bit types, float64 for wider
+    types when x64 is enabled), then round half to even and saturate to the input type. bool
+    and other non-numeric-float types take mode="nearest" only (an exact copy).
+
+  Raises:
+    TypeError: a shape-deciding argument is traced; a non-numeric dtype with linear/cubic.
+    ValueError: both or neither of ``sizes``/``scales``; wrong lengths; non-positive scales;
+      negative sizes; bad or repeated axes; an unknown mode string; tf_crop_and_resize
+      without ``roi``; ``antialias`` with mode="nearest".
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops
+    >>> x = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+    >>> jaxops.resize(x, scales=[1, 2], mode="linear")
+    Array([[1.  , 1.25, 1.75, 2.  ],
+           [3.  , 3.25, 3.75, 4.  ]], dtype=float32)
+    >>> jaxops.resize(x, sizes=[3], axes=[-1], mode="nearest").tolist()
+    [[1.0, 1.0, 2.0], [3.0, 3.0, 4.0]]
+    >>> jaxops.resize(jnp.arange(4.0), sizes=[2], roi=[0.25, 0.75], mode="linear",
+    ...               coordinate_transformation_mode="tf_crop_and_resize").tolist()
+    [0.75, 2.25]
+  """
+  x = jnp.asarray(x)
+  m = Mode.from_string(_OP, "mode", mode)
+  coord = CoordinateTransformationMode.from_string(_OP, "coordinate_transformation_mode",
+                                                   coordinate_transformation_mode)
+  nearest = NearestMode.from_string(_OP, "nearest_mode", nearest_mode)
+  policy = KeepAspectRatioPolicy.from_string(_OP, "keep_aspect_ratio_policy",
+                                             keep_aspect_ratio_policy)
+  a = _float_option("cubic_coeff_a", cubic_coeff_a)
+  extrap = _float_option("extrapolation_value", extrapolation_value)
+  antialias = _bool_option("antialias", antialias)
+  exclude_outside = _bool_option("exclude_outside", exclude_outside)
+  if antialias and m is Mode.NEAREST:
+    raise _checks.value_error(_OP, "antialias", antialias,
+                              'False with mode="nearest" (antialias applies to linear and cubic)')
+  rank = x.ndim
+  if rank == 0:
+    raise _checks.value_error(_OP, "x", x, "an array of rank >= 1")
+  if axes is None:
+    ax = tuple(range(rank))
+  else:
+    ax = _checks.normalize_axes(_OP, "axes", _checks.int_tuple(_OP, "axes", axes), rank)
+  if (sizes is None) == (scales is None):
+    raise ValueError(f"{_OP}: exactly one of `sizes` and `scales` must be given; got "
+                     f"{'both' if sizes is not None else 'neither'}")
+  shape = tuple(int(d) for d in x.shape)
+  plans_all = _plan(shape, ax, sizes, scales, policy)
+
+  roi_static: np.ndarray | None = None
+  roi_traced: jax.Array | None = None
+  if coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
+    if roi is None:
+      raise ValueError(f"{_OP}: coordinate_transformation_mode='tf_crop_and_resize' needs "
+                       f"`roi` ([starts..., ends...] over the {len(ax)} resized axes); got None")
+    if _checks.is_traced(roi):
+      roi_traced = jnp.asarray(roi)
+      if roi_traced.shape != (2 * len(ax),):
+        raise _checks.value_error(_OP, "roi", roi, f"a 1-D array of {2 * len(ax)} values "
+                                  f"(starts then ends of the {len(ax)} resized axes)")
+      if not jnp.issubdtype(roi_traced.dtype, jnp.floating):
+        roi_traced = roi_traced.astype(jnp.result_type(float))
+    else:
+      roi_static = np.asarray(roi, dtype=np.float64)
+      if roi_static.shape != (2 * len(ax),):
+        raise _checks.value_error(_OP, "roi", roi, f"a 1-D array of {2 * len(ax)} values "
+                                  f"(starts then ends of the {len(ax)} resized axes)")
+
+  plans = []
+  n = len(ax)
+  for p in plans_all:
+    r = None
+    if roi_static is not None:
+      r = (float(roi_static[p.slot]), float(roi_static[n + p.slot]))
+    p = dataclasses.replace(p, roi=r)
+    if roi_traced is None and _is_identity(p, coord):
+      continue
+    plans.append(p)
+  out_shape = list(shape)
+  for p in plans_all:
+    out_shape[p.axis] = p.out_len
+  cfg = _Config(tuple(plans), tuple(out_shape), m, coord, nearest, a, exclude_outside, extrap,
+                antialias, bool(_resize10))
+  _check_dtype(x.dtype, m)
+  return _resize_jit(x, roi_traced, cfg)
+
+
+def _float_option(arg: str, value: Any) -> float:
+  if _checks.is_traced(value):
+    raise _checks.type_error(_OP, arg, value, "a Python or NumPy float (it is static)")
+  try:
+    out = float(value)
+  except (TypeError, ValueError):
+    raise _checks.type_error(_OP, arg, value, "a float") from None
+  if not math.isfinite(out):
+    raise _checks.value_error(_OP, arg, value, "a finite float")
+  return out
+
+
+def _bool_option(arg: str, value: Any) -> bool:
+  if _checks.is_traced(value):
+    raise _checks.type_error(_OP, arg, value, "a Python bool or 0/1 (it is static)")
+  if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+    return bool(value)
+  raise _checks.value_error(_OP, arg, value, "a bool (or 0/1)")
+
+
+def _check_dtype(dtype: Any, mode: Mode) -> None:
+  if mode is Mode.NEAREST:
+    return
+  if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)) or (
+      dtype == jnp.bool_):
+    raise TypeError(f"{_OP}: mode={mode.value!r} needs a floating or integer `x`; got dtype "
+                    f"{np.dtype(dtype).name} (use mode='nearest', which copies any dtype)")
+
+
+def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any,
+          policy: KeepAspectRatioPolicy) -> list[_Axis]:
+  """Output length, scale and target lengths of every axis in ``axes`` (spec + reference)."""
+  n = len(axes)
+  plans = []
+  if scales is not None:
+    s = _checks.concrete(_OP, "scales", scales)
+    if s.ndim != 1 or s.size != n or not np.issubdtype(s.dtype, np.number) or s.dtype == bool:
+      raise _checks.value_error(_OP, "scales", scales, f"a 1-D sequence of {n} numbers (one "
+                                f"per resized axis)")
+    s32 = s.astype(np.float32)
+    if not np.all(np.isfinite(s32)) or np.any(s32 <= 0):
+      raise _checks.value_error(_OP, "scales", scales, "finite numbers > 0")
+    for i, d in enumerate(axes):
+      sc = float(s32[i])
+      target = sc * shape[d]
+      plans.append(_Axis(d, i, shape[d], int(math.floor(target)), sc, target, target, None))
+    return plans
+  z = _checks.concrete(_OP, "sizes", sizes)
+  if z.ndim != 1 or z.size != n:
+    raise _checks.value_error(_OP, "sizes", sizes, f"a 1-D sequence of {n} integers (one per "
+                              f"resized axis)")
+  size = _checks.int_tuple(_OP, "sizes", z, minimum=0)
+  for i, d in enumerate(axes):
+    if shape[d] == 0 and size[i] != 0:
+      raise _checks.value_error(_OP, "sizes", sizes, f"0 on axis {d}, whose input length is 0")
+  ratios = [size[i] / shape[d] if shape[d] else 1.0 for i, d in enumerate(axes)]
+  if policy is KeepAspectRatioPolicy.STRETCH:
+    for i, d in enumerate(axes):
+      plans.append(_Axis(d, i, shape[d], size[i], ratios[i], float(size[i]), float(size[i]),
+                         None))
+    return plans
+  scale = min(ratios) if policy is KeepAspectRatioPolicy.NOT_LARGER else max(ratios)
+  for i, d in enumerate(axes):
+    target = scale * shape[d]
+    out = int(math.floor(target + 0.5))
+    plans.append(_Axis(d, i, shape[d], out, scale, target, float(out), None))
+  return plans
+
+
+def _is_identity(p: _Axis, coord: CoordinateTransformationMode) -> bool:
+  if p.out_len != p.in_len or p.scale != 1.0:
+    return False
+  if coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
+    return p.roi == (0.0, 1.0)
+  return coord is not CoordinateTransformationMode.TF_HALF_PIXEL_FOR_NN
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+
+def _coords(xp: Any, p: _Axis, coord: CoordinateTransformationMode, y: Any,
+            roi: tuple[Any, Any] | None) -> Any:
+  """x_original for output indices ``y`` (float array), as the specification writes it."""
+  s, n_in = p.scale, p.in_len
+  C = CoordinateTransformationMode
+  if coord is C.HALF_PIXEL:
+    return (y + 0.5) / s - 0.5
+  if coord is C.HALF_PIXEL_SYMMETRIC:
+    adjustment = p.out_len / p.target_len
+    center = n_in / 2
+    offset = center * (1 - adjustment)
+    return offset + (y + 0.5) / s - 0.5
+  if coord is C.PYTORCH_HALF_PIXEL:
+    if p.resized_len > 1:
+      return (y + 0.5) / s - 0.5
+    return y * 0.0
+  if coord is C.ALIGN_CORNERS:
+    if p.resized_len == 1:
+      return y * 0.0
+    return y * (n_in - 1) / (p.resized_len - 1)
+  if coord is C.ASYMMETRIC:
+    return y / s
+  if coord is C.TF_HALF_PIXEL_FOR_NN:
+    return (y + 0.5) / s
+  if roi is None:  # resize() rejects tf_crop_and_resize without roi before tables are built
+    raise ValueError(f"{_OP}: tf_crop_and_resize needs `roi`")
+  start, end = roi
+  if p.resized_len > 1:
+    return y * (end - start) * (n_in - 1) / (p.resized_len - 1) + start * (n_in - 1)
+  return y * 0.0 + 0.5 * (start + end) * (n_in - 1)
+
+
+def _num_taps(mode: Mode, scale: float, antialias: bool) -> tuple[int, float]:
+  """(K, kernel scale): taps per output and the factor applied to distances."""
+  if mode is Mode.NEAREST:
+    return 1, 1.0
+  if antialias and scale < 1:
+    support = 1 if mode is Mode.LINEAR else 2
+    start = int(np.floor(-support / scale) + 1)
+    return 2 - 2 * start, scale
+  return (2 if mode is Mode.LINEAR else 4), 1.0
+
+
+def _kernel(xp: Any, mode: Mode, t: Any, a: float) -> Any:
+  t = xp.abs(t)
+  if mode is Mode.LINEAR:
+    return xp.maximum(1 - t, 0.0)
+  t2, t3 = t * t, t * t * t
+  near = (a + 2) * t3 - (a + 3) * t2 + 1
+  far = a * t3 - 5 * a * t2 + 8 * a * t - 4 * a
+  return xp.where(t <= 1, near, xp.where(t < 2, far, 0.0))
+
+
+def _taps(xp: Any, cfg: _Config, p: _Axis, x_ori: Any) -> tuple[Any, Any, Any]:
+  """(indices (out, K) clamped into the input, weights (out, K), extrapolated mask or None)."""
+  n_in = p.in_len
+  mask = None
+  if cfg.coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
+    mask = (x_ori < 0) | (x_ori > n_in - 1)
+  c = xp.ceil(x_ori)
+  r = x_ori - (c - 1)  # in (0, 1]: the reference prefers the left pixel at integers
+  if cfg.mode is Mode.NEAREST:
+    if cfg.resize10:
+      idx = xp.ceil(x_ori) if p.scale < 1 else xp.trunc(x_ori)
+    else:
+      nm = cfg.nearest
+      if nm is NearestMode.ROUND_PREFER_FLOOR:
+        up = r > 0.5
+      elif nm is NearestMode.ROUND_PREFER_CEIL:
+        up = r >= 0.5
+      elif nm is NearestMode.FLOOR:
+        up = r == 1
+      else:
+        up = r > 0
+      idx = xp.where(up, c, c - 1)
+    idx = xp.clip(idx, 0, n_in - 1).astype(np.int32)[:, None]
+    w = xp.ones(idx.shape, x_ori.dtype)
+    return idx, w, mask
+  k, kscale = _num_taps(cfg.mode, p.scale, cfg.antialias)
+  offsets = xp.arange(k) - (k // 2 - 1)  # taps ceil(x) - K/2 ... ceil(x) + K/2 - 1
+  taps = (c - 1)[:, None] + offsets[None, :]
+  d = offsets[None, :] - r[:, None]
+  w = _kernel(xp, cfg.mode, d * kscale, cfg.cubic_coeff_a)
+  if cfg.antialias and p.scale < 1:
+    w = w / xp.sum(w, axis=1, keepdims=True)
+  if cfg.exclude_outside:
+    w = xp.where((taps < 0) | (taps > n_in - 1), 0.0, w)
+    total = xp.sum(w, axis=1, keepdims=True)
+    w = w / xp.where(total == 0, 1.0, total)
+  idx = xp.clip(taps, 0, n_in - 1).astype(np.int32)
+  return idx, w, mask
+
+
+@functools.lru_cache(maxsize=512)
+def _static_table(cfg: _Config, p: _Axis) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+  """The tables of one axis in NumPy float64 (float32 coordinates for the legacy versions)."""
+  if cfg.resize10:
+    y32 = np.arange(p.out_len, dtype=np.float32)
+    x_ori = (y32 / np.float32(p.scale)).astype(np.float64)
+  else:
+    x_ori = _coords(np, p, cfg.coord, np.arange(p.out_len, dtype=np.float64), p.roi)
+    x_ori = np.asarray(x_ori, dtype=np.float64)
+  idx, w, mask = _taps(np, cfg, p, x_ori)
+  for arr in (idx, w, mask):
+    if arr is not None:
+      arr.setflags(write=False)
+  return idx, w, mask
+
+
+# --- device work --------------------------------------------------------------------------------
+
+
+def _compute_dtype(dtype: Any) -> Any:
+  if dtype in (jnp.float16, jnp.bfloat16):
+    return jnp.float32
+  if jnp.issubdtype(dtype, jnp.floating):
+    return dtype
+  if np.dtype(dtype).itemsize <= 2:
+    return jnp.float32
+  return jnp.result_type(float)  # float64 with x64 enabled, else float32
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _resize_jit(x: jax.Array, roi: jax.Array | None, cfg: _Config) -> jax.Array:
+  if any(d == 0 for d in cfg.out_shape) or x.size == 0:
+    return jnp.zeros(cfg.out_shape, x.dtype)
+  in_dtype = x.dtype
+  if cfg.mode is Mode.NEAREST:
+    y = x
+    for p in cfg.plans:
+      y = _nearest_axis(y, p, cfg, roi)
+    return y
+  ct = _compute_dtype(in_dtype)
+  y = x.astype(ct)
+  for p in cfg.plans:
+    y = _interp_axis(y, p, cfg, roi)
+  if jnp.issubdtype(in_dtype, jnp.integer):
+    info = jnp.iinfo(in_dtype)
+    y = jnp.clip(jnp.round(y), info.min, info.max)
+  return y.astype(in_dtype)
+
+
+def _apply_taps(y: jax.Array, axis: int, idx: np.ndarray, w: np.ndarray) -> jax.Array:
+  # The plain kernel broadcasts its weights by rank promotion; allow it whatever the caller's
+  # jax_numpy_rank_promotion setting (a no-op for kernels that do not rely on it).
+  with jax.numpy_rank_promotion("allow"):
+    return apply_taps(y, axis, idx, w)
+
+
+def _extrapolate(y: jax.Array, axis: int, mask: Any, value: float) -> jax.Array:
+  shape = (1,) * axis + (-1,) + (1,) * (y.ndim - axis - 1)
+  m = jnp.reshape(jnp.asarray(mask), shape)
+  return jnp.where(m, _fill_value(value, y.dtype), y)
+
+
+def _fill_value(value: float, dtype: Any) -> Any:
+  """extrapolation_value in ``dtype``: integers round half to even and saturate (as outputs)."""
+  if dtype == jnp.bool_:
+    return np.bool_(value != 0)
+  if jnp.issubdtype(dtype, jnp.integer):
+    info = np.iinfo(np.dtype(dtype))
+    return np.array(min(max(np.round(value), info.min), info.max)).astype(np.dtype(dtype))
+  return jnp.asarray(value, dtype)
+
+
+def _nearest_axis(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array | None) -> jax.Array:
+  if roi is None:
+    idx, w, mask = _static_table(cfg, p)
+    if mask is not None and bool(mask.all()):
+      shape = list(y.shape)
+      shape[p.axis] = p.out_len
+      return jnp.full(shape, _fill_value(cfg.extrapolation_value, y.dtype), y.dtype)
+    if jnp.issubdtype(y.dtype, jnp.floating):
+      y = _apply_taps(y, p.axis, idx, w)
+    else:
+      y = jnp.take(y, jnp.asarray(idx[:, 0]), axis=p.axis, mode="clip")
+  else:
+    idx, _, mask = _traced_table(cfg, p, roi, jnp.result_type(float))
+    y = jnp.take(y, idx[:, 0], axis=p.axis, mode="clip")
+  if mask is not None:
+    y = _extrapolate(y, p.axis, mask, cfg.extrapolation_value)
+  return y
+
+
+def _interp_axis(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array | None) -> jax.Array:
+  if roi is None:
+    idx, w, mask = _static_table(cfg, p)
+    y = _apply_taps(y, p.axis, idx, w)
+  else:
+    idx, w, mask = _traced_table(cfg, p, roi, y.dtype)
+    out, k = idx.shape
+    taps = jnp.take(y, idx.reshape(-1), axis=p.axis, mode="clip")
+    shape = list(y.shape)
+    shape[p.axis:p.axis + 1] = [out, k]
+    taps = taps.reshape(shape)
+    wshape = (1,) * p.axis + (out, k) + (1,) * (y.ndim - p.axis - 1)
+    y = jnp.sum(taps * w.astype(y.dtype).reshape(wshape), axis=p.axis + 1)
+  if mask is not None:
+    y = _extrapolate(y, p.axis, mask, cfg.extrapolation_value)
+  return y
+
+
+def _traced_table(cfg: _Config, p: _Axis, roi: jax.Array, dtype: Any) -> tuple[Any, Any, Any]:
+  """The tables of one axis computed with jnp from a traced roi (differentiable in roi)."""
+  n = roi.shape[0] // 2
+  r = roi.astype(dtype)
+  y = jnp.arange(p.out_len, dtype=dtype)
+  x_ori = _coords(jnp, p, cfg.coord, y, (r[p.slot], r[n + p.slot]))
+  return _taps(jnp, cfg, p, x_ori)

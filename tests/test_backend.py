@@ -1,0 +1,117 @@
+"""jaxops.onnx.Backend: models of several nodes, initializers, optional inputs, dispatch, errors.
+
+Expected values come from onnx.reference.ReferenceEvaluator on the same model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from jaxops.onnx import Backend, BackendRep, run_node  # noqa: E402
+from jaxops.onnx.conformance import assert_outputs_equal  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=21):
+  graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _vi(name, elem, shape):
+  return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _against_reference(model, feeds):
+  expected = ReferenceEvaluator(model).run(None, feeds)
+  got = Backend.prepare(model).run(feeds)
+  assert_outputs_equal(expected, got)
+  return got
+
+
+def test_several_nodes_with_initializer_and_constant():
+  shape = numpy_helper.from_array(np.array([2, 3], np.int64), "shape")
+  nodes = [
+      helper.make_node("ConstantOfShape", ["shape"], ["c"],
+                       value=numpy_helper.from_array(np.array([2.5], np.float32))),
+      helper.make_node("Cast", ["c"], ["h"], to=TensorProto.FLOAT16),
+      helper.make_node("Constant", [], ["k"], value_ints=[3, 1]),
+      helper.make_node("ConstantOfShape", ["k"], ["z"],
+                       value=numpy_helper.from_array(np.array([7], np.int32))),
+      helper.make_node("CastLike", ["x", "h"], ["y"]),
+  ]
+  model = _model(nodes, [_vi("x", TensorProto.DOUBLE, [4])],
+                 [_vi("h", TensorProto.FLOAT16, [2, 3]), _vi("z", TensorProto.INT32, [3, 1]),
+                  _vi("y", TensorProto.FLOAT16, [4])], [shape])
+  got = _against_reference(model, {"x": np.array([1.0, -2.5, 1e6, np.nan])})
+  assert got[0].dtype == np.float16 and got[1].dtype == np.int32
+
+
+def test_inputs_by_position_and_by_name():
+  model = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT32)],
+                 [_vi("x", TensorProto.FLOAT, [3])], [_vi("y", TensorProto.INT32, [3])])
+  x = np.array([1.7, -2.2, 3.0], np.float32)
+  rep = Backend.prepare(model)
+  np.testing.assert_array_equal(rep.run([x])[0], rep.run({"x": x})[0])
+  with pytest.raises(ValueError, match="missing inputs"):
+    rep.run([])
+  with pytest.raises(ValueError, match="unknown inputs"):
+    rep.run({"x": x, "q": x})
+
+
+def test_ml_dtypes_inputs():
+  import ml_dtypes
+
+  model = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+                 [_vi("x", TensorProto.FLOAT8E4M3FN, [4])], [_vi("y", TensorProto.FLOAT, [4])])
+  x = np.array([0.5, -448, 3.25, np.nan], ml_dtypes.float8_e4m3fn)
+  _against_reference(model, {"x": x})
+
+
+def test_static_inputs_compile_once_per_value():
+  model = _model([helper.make_node("ConstantOfShape", ["s"], ["y"])],
+                 [_vi("s", TensorProto.INT64, [2])], [_vi("y", TensorProto.FLOAT, ["a", "b"])])
+  rep = Backend.prepare(model)
+  assert rep.run([np.array([2, 3])])[0].shape == (2, 3)
+  rep.run([np.array([2, 3])])
+  assert len(rep._cache) == 1
+  assert rep.run([np.array([4, 1])])[0].shape == (4, 1)
+  assert len(rep._cache) == 2
+
+
+def test_static_input_from_another_node_is_rejected():
+  nodes = [helper.make_node("Cast", ["s"], ["s64"], to=TensorProto.INT64),
+           helper.make_node("ConstantOfShape", ["s64"], ["y"])]
+  model = _model(nodes, [_vi("s", TensorProto.INT32, [2])],
+                 [_vi("y", TensorProto.FLOAT, ["a", "b"])])
+  with pytest.raises(NotImplementedError, match="ConstantOfShape.*decides the output shape"):
+    Backend.prepare(model)
+
+
+def test_unknown_op_names_op_and_support():
+  model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", TensorProto.FLOAT, [2])],
+                 [_vi("y", TensorProto.FLOAT, [2])])
+  with pytest.raises(NotImplementedError, match=r"Relu version 14 .*Supported: .*Cast"):
+    Backend.prepare(model)
+  assert not Backend.is_compatible(model)
+
+
+def test_unsupported_version_names_version():
+  # Upsample-1 (opset 6) is experimental and not implemented; 7 and 9 are.
+  node = helper.make_node("Upsample", ["x"], ["y"], scales=[1.0, 2.0], mode="nearest")
+  model = _model([node], [_vi("x", TensorProto.FLOAT, [1, 2])], [_vi("y", TensorProto.FLOAT, None)],
+                 opset=6)
+  with pytest.raises(NotImplementedError, match=r"Upsample version 1 \(model opset 6\)"):
+    BackendRep(model)
+
+
+def test_run_node_and_devices():
+  node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.UINT8)
+  x = np.array([1.0, 255.0, 3.5], np.float32)
+  (y,) = run_node(node, [x], opset_version=21)
+  (expected,) = ReferenceEvaluator(node).run(None, {"x": x})
+  assert_outputs_equal([expected], [y])
+  assert Backend.supports_device("CPU")
