@@ -217,12 +217,14 @@ def _average_pool(x: jax.Array, plan: tuple[_Axis, ...]) -> jax.Array:
   lead = x.ndim - len(plan)
   # Innermost axis first. Per axis, the faster of two ways to sum the windows (measured on CPU):
   # shifted slices of a (length / stride, stride) reshape where the windows tile the axis or the
-  # axis is the innermost strided one, else a 1-D reduce_window.
+  # axis is the innermost strided one (and the stride divides the length), else a 1-D
+  # reduce_window.
   for i in reversed(range(len(plan))):
     a = plan[i]
     if a.k == 1 and a.s == 1 and a.lo == 0 and a.hi == 0:
       continue
-    if (a.k == a.s and a.d == 1) or (i == len(plan) - 1 and a.s > 1):
+    tiled_or_inner = (a.k == a.s and a.d == 1) or (i == len(plan) - 1 and a.s > 1)
+    if tiled_or_inner and x.shape[lead + i] % a.s == 0:
       x = _taps_sum(x, lead + i, a)
     else:
       x = _window_sum(x, lead + i, a)
@@ -244,13 +246,11 @@ def _taps_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
 
   Tap ``j`` of window ``o`` reads input position ``o * s + m`` with ``m = j * d - lo``; with
   ``m = q * s + r`` that is row ``o + q``, column ``r`` of the reshaped axis. Rows outside the
-  input are zeros (a pad of the output-sized slice, which XLA fuses into the sum).
+  input are zeros: a pad of the output-sized slice, which XLA fuses into the sum. The caller
+  ensures ``s`` divides the length (the reshape is then free).
   """
   s = a.s
-  last = (a.out - 1) * s + (a.k - 1) * a.d - a.lo + 1  # one past the last position read
-  n = -(-max(last, 1) // s) * s
-  x = _pad_axis(x, axis, 0, n - x.shape[axis])
-  rows = n // s
+  rows = x.shape[axis] // s
   if s > 1:
     x = x.reshape(x.shape[:axis] + (rows, s) + x.shape[axis + 1:])
   terms = []
