@@ -2,10 +2,14 @@
 
 Everything that depends only on static arguments (output lengths, the padding each window sees,
 the divisor of every output position) is computed once at trace time in NumPy, exactly as the
-ONNX specification writes it. The device work is a sum per window and a division by a static
-divisor: a reshape-sum where windows tile the input (stride == kernel, no padding, no
-dilation), otherwise one ``lax.reduce_window`` sum per pooled axis (an average window is a
-product of per-axis windows, so the sum is separable, and so is the divisor).
+ONNX specification writes it. The device work is a sum per window and a division by the static
+divisor. An average window is a product of per-axis windows, so the sum is separable (and so is
+the divisor): one pass per pooled axis, either shifted slices of a (length / stride, stride)
+reshape or a 1-D ``lax.reduce_window`` (both sums of the zero-padded input, linear, and
+transposed by JAX into passes of the same kind for the gradient).
+
+Every opset version of AveragePool maps onto these keywords (the versions differ only in which
+attributes exist), so no private keyword is needed; see jaxops/onnx/_registry.py.
 """
 
 from __future__ import annotations
@@ -256,8 +260,13 @@ def _taps_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
   terms = []
   for j in range(a.k):
     q, r = divmod(j * a.d - a.lo, s)
+    if q >= rows or q + a.out <= 0:
+      continue  # this tap reads only padding in every window
     col = lax.index_in_dim(x, r, axis=axis + 1, keepdims=False) if s > 1 else x
     terms.append(_pad_axis(col, axis, -q, a.out - rows + q))
+  if not terms:
+    shape = list(x.shape[:axis]) + [a.out] + list(x.shape[axis + (2 if s > 1 else 1):])
+    return jnp.zeros(shape, x.dtype)
   return functools.reduce(operator.add, terms)
 
 
