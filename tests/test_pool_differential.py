@@ -369,3 +369,29 @@ def test_deviation_onnxruntime_valid_with_ceil_mode():
   sess = ort.InferenceSession(make_model(cfg, TensorProto.FLOAT).SerializeToString(), options,
                               providers=["CPUExecutionProvider"])
   assert sess.run(None, {"x": x})[0].shape == (1, 1, 3)
+
+
+@pytest.mark.parametrize("version", [1, 22])
+def test_global_average_pool_against_reference_and_onnxruntime(version):
+  ort = pytest.importorskip("onnxruntime")
+  rng = np.random.default_rng(version)
+  for shape in ([2, 3, 5], [1, 4, 3, 6], [2, 2, 3, 2, 4]):
+    x32 = rng.standard_normal(shape).astype(np.float32)
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    out = shape[:2] + [1] * (len(shape) - 2)
+    models = [helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", elem, out)]),
+        opset_imports=[helper.make_opsetid("", version)])
+        for elem in (TensorProto.DOUBLE, TensorProto.FLOAT)]
+    x = x32.astype(np.float64)
+    got = Backend.run_model(models[0], [x])[0]
+    want = ReferenceEvaluator(models[0]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    sess = ort.InferenceSession(models[1].SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+    got32 = Backend.run_model(models[1], [x32])[0]
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, sess.run(None, {"x": x32})[0], rtol=1e-5, atol=1e-6)
