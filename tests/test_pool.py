@@ -227,7 +227,7 @@ def test_error_traced_kernel_shape():
 
 
 def _run(version, x, **attrs):
-  onnx = pytest.importorskip("onnx")
+  pytest.importorskip("onnx")
   from onnx import TensorProto, helper
 
   from jaxops.onnx import BackendRep
@@ -237,7 +237,6 @@ def _run(version, x, **attrs):
       [node], "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape))],
       [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)])
   model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
-  del onnx
   return BackendRep(model).run([x])[0]
 
 
