@@ -124,6 +124,9 @@ class Builder:
     return System("", run, compile_s=compile_s, note=note)
 
 
+GPU_BATCH = 8
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
   """What every case builder needs: device ("cpu"/"gpu"), sizes, threads, a seeded RNG."""
@@ -135,6 +138,11 @@ class Context:
 
   def rng(self) -> np.random.Generator:
     return np.random.default_rng(self.seed)
+
+  def sized(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A case's full-size input shape here: the batch is GPU_BATCH times larger on a GPU, where
+    the CPU sizes would take tens of microseconds and time the launch, not the op."""
+    return (shape[0] * GPU_BATCH,) + shape[1:] if self.device == "gpu" else shape
 
   def jax_device(self) -> Any:
     import jax

@@ -35,7 +35,7 @@ class PoolCase:
   backward: bool = True
 
   def input_shape(self, ctx: Context) -> tuple[int, ...]:
-    return (1, 2) + (9,) * len(self.kernel) if ctx.tiny else self.shape
+    return (1, 2) + (9,) * len(self.kernel) if ctx.tiny else ctx.sized(self.shape)
 
   @property
   def n(self) -> int:
@@ -198,7 +198,7 @@ def _global(backward: bool) -> Any:
 
   def build(ctx: Context) -> tuple[Builder, int, Any]:
     import jaxops
-    x = _input((1, 2, 7, 7) if ctx.tiny else GLOBAL_SHAPE, ctx)
+    x = _input((1, 2, 7, 7) if ctx.tiny else ctx.sized(GLOBAL_SHAPE), ctx)
     b = Builder(ctx.jax_device(), x)
     wrap = grad_of_sum_of_squares if backward else (lambda f: f)
     b.add("jaxops", lambda: b.jax(wrap(jaxops.global_average_pool), x))

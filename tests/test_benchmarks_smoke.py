@@ -55,9 +55,10 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
     assert r["floor_s"] is not None and r["bytes_moved"] > 0
     assert all(s["agreement"] for s in r["systems"]), r["label"]
   text = (out / "RESULTS.md").read_text()
-  for heading in ("## Machine", "## Method", "## CPU", "## GPU", "ratios.png"):
+  for heading in ("## Method", "## CPU", "## GPU", "load average", "ratios.png"):
     assert heading in text
   assert (out / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert json.loads((out / "results-cpu.json").read_text())["results"] == results
   after = committed.read_bytes() if committed.exists() else None
   assert before == after, "the smoke run must not write into the repository"
 
