@@ -161,7 +161,7 @@ def _forward(c: PoolCase) -> Any:
       return s
 
     b.add("flax", flax_system, note=why)
-    return b, x.nbytes + int(np.prod(c.out_shape(x.shape))) * 4, x.dtype
+    return b, x.nbytes + int(np.prod(c.out_shape(x.shape))) * x.itemsize, x.dtype
 
   return build
 
@@ -225,7 +225,7 @@ def _global(backward: bool) -> Any:
       return s
 
     b.add("flax", flax_system)
-    out = x.nbytes if backward else x.shape[0] * x.shape[1] * 4
+    out = x.nbytes if backward else x.shape[0] * x.shape[1] * x.itemsize
     return b, x.nbytes + out, x.dtype
 
   return build
