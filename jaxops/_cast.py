@@ -74,10 +74,10 @@ def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True, round_mode:
 
   STRING (``to="STRING"``, or a NumPy array of str/object): runs on the host with NumPy, outside
   ``jax.jit``; JAX arrays cannot hold strings, so a traced ``x`` raises a TypeError. Numbers
-  print in the shortest form that reads back to the same value ("0.1", "1e+20", "100"), NaN and
-  +-Inf as "NaN", "INF", "-INF", bools as "1"/"0". Strings parse as decimal or scientific
-  numbers; "INF", "+INF", "-INF", "NaN" in any case are the special values; a string that is
-  no number raises a ValueError.
+  print in the shortest text that reads back to the same value (fewest digits, then the
+  shorter notation: "0.1", "100", "1e+20"), NaN and +-Inf as "NaN", "INF", "-INF", bools as
+  "1"/"0". Strings parse as decimal or scientific numbers; "INF", "+INF", "-INF", "NaN" in any
+  case are the special values; a string that is no number raises a ValueError.
 
   Gradients: a float -> float cast is differentiable; its tangent is the input tangent cast to
   the output type (XLA's conversion, no saturation: a straight-through estimator), so the
@@ -152,8 +152,10 @@ def cast_like(x: jax.typing.ArrayLike, like: Any, *, saturate: bool = True,
   try:
     target = _dtypes.of_dtype(dtype)
   except ValueError:
+    target = None
+  if target is None or np.dtype(dtype).kind == "c":
     raise _checks.type_error(op, "like", like, "an array whose dtype is an ONNX element type "
-                             "(not complex)") from None
+                             "(not complex)")
   return _cast(op, x, target, saturate, round_mode, _fnuz_inf_to_nan)
 
 
@@ -173,7 +175,7 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
   x = jnp.asarray(x)
   _check_dtype(op, "x", x.dtype)
   _check_dtype(op, "to", target.dtype)
-  return _convert(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
+  return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
 
 
 def _flag(op: str, arg: str, value: Any) -> bool:
@@ -234,6 +236,13 @@ def _wide_int() -> np.dtype:
 
 def _is_float(dtype: np.dtype) -> bool:
   return bool(jnp.issubdtype(dtype, jnp.floating))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _convert_jit(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
+                 fnuz_inf_to_nan: bool) -> jax.Array:
+  """One compiled computation per (dtype, shape, options): eager calls dispatch once."""
+  return _convert(x, dst, saturate, mode, fnuz_inf_to_nan)
 
 
 def _convert(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
@@ -300,6 +309,8 @@ def _float_cast_jvp(dst_name: str, saturate: bool, mode: str, fnuz_inf_to_nan: b
 def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
                     fnuz_inf_to_nan: bool) -> jax.Array:
   src = np.dtype(x.dtype)
+  if dst == _F64:
+    return _to_f64(x)
   if src not in _WIDE_FLOATS:
     x, src = lax.convert_element_type(x, _F32), _F32  # narrow floats are exact in float32
     if dst == _F32:
@@ -319,6 +330,28 @@ def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode
     y = jnp.clip(jnp.where(jnp.isnan(x), jnp.zeros((), src), x), -6.0, 6.0)
     return _round_from(y, dst)
   return _round_from(x, dst)
+
+
+# float32-range subnormals: (unsigned type, exponent-field shift, field mask, smallest subnormal
+# exponent). XLA on CPU flushes them to zero when it converts float32/bfloat16 to float64.
+_SUBNORMAL_LAYOUT = {_F32: (np.uint32, 23, 0xFF, -149), _BF16: (np.uint16, 7, 0xFF, -133)}
+
+
+def _to_f64(x: jax.Array) -> jax.Array:
+  """Exact widening to float64, subnormals of float32/bfloat16 and 2**-127 of e8m0 included."""
+  src = np.dtype(x.dtype)
+  y = lax.convert_element_type(x, _F64)
+  if src == _E8M0:
+    byte = lax.bitcast_convert_type(x, np.uint8)
+    return jnp.where(byte == 0, 2.0 ** -127, y)
+  if src not in _SUBNORMAL_LAYOUT:
+    return y
+  utype, shift, mask, lowest = _SUBNORMAL_LAYOUT[src]
+  bits = lax.bitcast_convert_type(x, utype)
+  field = (bits >> utype(shift)) & utype(mask)
+  frac = lax.convert_element_type(bits & utype((1 << shift) - 1), _F64)
+  sign = jnp.where((bits >> utype(8 * np.dtype(utype).itemsize - 1)) != 0, -1.0, 1.0)
+  return jnp.where(field == 0, sign * frac * 2.0 ** lowest, y)
 
 
 def _round_from(x: jax.Array, dst: np.dtype) -> jax.Array:
@@ -361,6 +394,8 @@ def _to_e8m0(x: jax.Array, saturate: bool, mode: RoundMode) -> jax.Array:
   E8M0_MIN"), not on the rounded value; 0, -0 and negative x are below E8M0_MIN. Bits, not
   float comparisons, decide, so float32 subnormals count even where the CPU flushes them.
   """
+  utype: type[np.unsignedinteger[Any]]
+  itype: type[np.signedinteger[Any]]
   if np.dtype(x.dtype) == _F64:
     utype, itype, nmant, bias = np.uint64, np.int64, 52, 1023
   else:
@@ -429,7 +464,7 @@ def _host_cast(op: str, x: Any, target: _dtypes.ElemType, source_is_string: bool
     ints = [_wrap(_parse_int(op, s), dst) for s in texts]
     return jnp.asarray(np.array(ints, dtype=dst).reshape(a.shape))
   floats = np.array([_parse_float(op, s) for s in texts], dtype=np.float64).reshape(a.shape)
-  return _convert(jnp.asarray(floats), dst, saturate, mode, fnuz_inf_to_nan)
+  return _convert_jit(jnp.asarray(floats), dst, saturate, mode, fnuz_inf_to_nan)
 
 
 def _as_str(s: Any) -> str:
@@ -437,7 +472,11 @@ def _as_str(s: Any) -> str:
 
 
 def _format(v: Any, dtype: np.dtype) -> str:
-  """Shortest text that reads back to the same value of ``dtype``; ONNX's INF/NaN literals."""
+  """Shortest text that reads back to the same value of ``dtype``; ONNX's INF/NaN literals.
+
+  Fewest significant digits first (the round trip is checked in ``dtype``), then the shorter of
+  positional and scientific notation (positional on a tie).
+  """
   if dtype == np.dtype(bool):
     return "1" if v else "0"
   if not _is_float(dtype):
@@ -457,14 +496,15 @@ def _format(v: Any, dtype: np.dtype) -> str:
   exponent = int(exp_text)
   sign = "-" if mantissa.startswith("-") else ""
   d = mantissa.lstrip("-").replace(".", "")
-  if -4 <= exponent < 16:  # positional, like Python's repr (without a trailing ".0")
-    if exponent >= digits - 1:
-      return sign + d + "0" * (exponent - digits + 1)
-    if exponent >= 0:
-      return sign + d[:exponent + 1] + "." + d[exponent + 1:]
-    return sign + "0." + "0" * (-exponent - 1) + d
   d = d.rstrip("0") or "0"
-  return f"{sign}{d[0]}{'.' + d[1:] if len(d) > 1 else ''}e{exponent:+03d}"
+  scientific = f"{sign}{d[0]}{'.' + d[1:] if len(d) > 1 else ''}e{exponent:+03d}"
+  if exponent >= len(d) - 1:
+    positional = sign + d + "0" * (exponent - len(d) + 1)
+  elif exponent >= 0:
+    positional = sign + d[:exponent + 1] + "." + d[exponent + 1:]
+  else:
+    positional = sign + "0." + "0" * (-exponent - 1) + d
+  return positional if len(positional) <= len(scientific) else scientific
 
 
 def _parse_float(op: str, s: str) -> float:

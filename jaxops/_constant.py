@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -69,5 +70,9 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
                              "type")
   if int(np.size(value)) != 1:
     raise _checks.value_error(_OP, "value", value, "a one-element array")
-  fill = jnp.reshape(jnp.asarray(value), ())
-  return jnp.broadcast_to(fill, dims)
+  return _fill(value, dims)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _fill(value: jax.Array, dims: tuple[int, ...]) -> jax.Array:
+  return jnp.broadcast_to(jnp.reshape(value, ()), dims)

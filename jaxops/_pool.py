@@ -130,6 +130,9 @@ def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, di
       total = max(0, (out - 1) * s + ext - n)
       small, large = total // 2, total - total // 2
       begins[i], ends[i] = (small, large) if mode is AutoPad.SAME_UPPER else (large, small)
+    # The spec's SAME/VALID lengths do not depend on ceil_mode (for VALID, AveragePool-11+
+    # writes ceil((n - e + 1) / s) == floor((n - e) / s) + 1), and the padding fits exactly.
+    ceil_mode = False
   return tuple(
       _spatial_plan(n, k, s, d, pb, pe, bool(ceil_mode), bool(count_include_pad), i)
       for i, (n, k, s, d, pb, pe) in enumerate(zip(spatial, kernel, strides_, dil, begins, ends)))
@@ -170,7 +173,8 @@ def average_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
       than "NOTSET".
     dilations: spacing of the window's taps along each pooled axis; default 1.
     auto_pad: "NOTSET" (use ``pads``), "SAME_UPPER", "SAME_LOWER" or "VALID".
-    ceil_mode: round the output length up instead of down.
+    ceil_mode: round the output length up instead of down (no effect with auto_pad: the spec's
+      SAME and VALID lengths are the same either way).
     count_include_pad: count the padding positions in the divisor.
 
   ``kernel_shape``, ``strides``, ``pads`` and ``dilations`` decide the output shape, so they must

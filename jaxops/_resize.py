@@ -179,7 +179,7 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
     Array([[1.  , 1.25, 1.75, 2.  ],
            [3.  , 3.25, 3.75, 4.  ]], dtype=float32)
     >>> jaxops.resize(x, sizes=[3], axes=[-1], mode="nearest").tolist()
-    [[1.0, 2.0, 2.0], [3.0, 4.0, 4.0]]
+    [[1.0, 1.0, 2.0], [3.0, 3.0, 4.0]]
     >>> jaxops.resize(jnp.arange(4.0), sizes=[2], roi=[0.25, 0.75], mode="linear",
     ...               coordinate_transformation_mode="tf_crop_and_resize").tolist()
     [0.75, 2.25]
@@ -481,7 +481,17 @@ def _apply_taps(y: jax.Array, axis: int, idx: np.ndarray, w: np.ndarray) -> jax.
 def _extrapolate(y: jax.Array, axis: int, mask: Any, value: float) -> jax.Array:
   shape = (1,) * axis + (-1,) + (1,) * (y.ndim - axis - 1)
   m = jnp.reshape(jnp.asarray(mask), shape)
-  return jnp.where(m, jnp.asarray(value, y.dtype), y)
+  return jnp.where(m, _fill_value(value, y.dtype), y)
+
+
+def _fill_value(value: float, dtype: Any) -> Any:
+  """extrapolation_value in ``dtype``: integers round half to even and saturate (as outputs)."""
+  if dtype == jnp.bool_:
+    return np.bool_(value != 0)
+  if jnp.issubdtype(dtype, jnp.integer):
+    info = np.iinfo(np.dtype(dtype))
+    return np.array(min(max(np.round(value), info.min), info.max)).astype(np.dtype(dtype))
+  return jnp.asarray(value, dtype)
 
 
 def _nearest_axis(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array | None) -> jax.Array:
@@ -490,7 +500,7 @@ def _nearest_axis(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array | None) -
     if mask is not None and bool(mask.all()):
       shape = list(y.shape)
       shape[p.axis] = p.out_len
-      return jnp.full(shape, cfg.extrapolation_value, y.dtype)
+      return jnp.full(shape, _fill_value(cfg.extrapolation_value, y.dtype), y.dtype)
     if jnp.issubdtype(y.dtype, jnp.floating):
       y = _apply_taps(y, p.axis, idx, w)
     else:

@@ -335,7 +335,7 @@ def _average_pool(version: int) -> Adapt:
     if "kernel_shape" not in attrs:
       raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
     return [average_pool(
-        inputs[0], ints(attrs["kernel_shape"]), strides=ints(attrs.get("strides")),
+        inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
         pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
         auto_pad=attr(attrs, "auto_pad", "NOTSET"),
         ceil_mode=bool(attr(attrs, "ceil_mode", 0)),

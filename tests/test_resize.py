@@ -1,0 +1,393 @@
+"""jaxops.resize: hand-derived values from the spec formulas, dtypes, errors, tracing, vmap,
+torch's F.interpolate as an oracle, and the pinned deviations of docs/DEVIATIONS.md."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxops
+from jaxops import _resize
+
+X4 = np.array([0.0, 10.0, 20.0, 30.0])
+
+
+def _r(x, **kw):
+  return np.asarray(jaxops.resize(x, **kw))
+
+
+# --- hand-derived values (1-D, x = [0, 10, 20, 30]) ---------------------------------------------
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_half_pixel_linear(jit):
+  # x_original = (y + 0.5) / 2 - 0.5 = -0.25, 0.25, ..., 3.25; outside taps repeat the edge.
+  f = (lambda x: jaxops.resize(x, scales=[2.0], mode="linear"))
+  got = np.asarray(jax.jit(f)(X4) if jit else f(X4))
+  np.testing.assert_allclose(got, [0, 2.5, 7.5, 12.5, 17.5, 22.5, 27.5, 30])
+
+
+def test_align_corners_linear():
+  # x_original = y * (4 - 1) / (7 - 1) = y / 2
+  np.testing.assert_allclose(
+      _r(X4, sizes=[7], mode="linear", coordinate_transformation_mode="align_corners"),
+      [0, 5, 10, 15, 20, 25, 30])
+
+
+def test_align_corners_uses_the_fractional_target_length_of_scales():
+  # scales 0.6 on length 4: output_width 2.4 (float32 0.6 * 4), 2 outputs; x_original =
+  # y * 3 / (2.4 - 1): this is ONNX's test_resize_downsample_scales_linear_align_corners.
+  width = float(np.float32(0.6)) * 4
+  got = _r(X4, scales=[0.6], mode="linear", coordinate_transformation_mode="align_corners")
+  np.testing.assert_allclose(got, [0, 10 * 3 / (width - 1)], rtol=1e-12)
+
+
+@pytest.mark.parametrize("nearest_mode,expected", [
+    ("floor", [0, 0, 10, 10, 20, 20, 30, 30]),
+    ("round_prefer_floor", [0, 0, 10, 10, 20, 20, 30, 30]),
+    ("round_prefer_ceil", [0, 10, 10, 20, 20, 30, 30, 30]),
+    ("ceil", [0, 10, 10, 20, 20, 30, 30, 30]),
+])
+def test_asymmetric_nearest_modes(nearest_mode, expected):
+  # x_original = y / 2: integers and exact halves.
+  got = _r(X4, scales=[2.0], coordinate_transformation_mode="asymmetric",
+           nearest_mode=nearest_mode)
+  np.testing.assert_array_equal(got, expected)
+
+
+def test_tf_crop_and_resize_and_extrapolation():
+  # x_original = 0.25 * 3 + y * 0.5 * 3 / 2 = 0.75, 1.5, 2.25
+  np.testing.assert_allclose(
+      _r(X4, sizes=[3], roi=[0.25, 0.75], mode="linear",
+         coordinate_transformation_mode="tf_crop_and_resize"), [7.5, 15, 22.5])
+  # x_original = -1.5 + y * 1.5 = -1.5 (outside: extrapolation_value), 0, 1.5
+  np.testing.assert_allclose(
+      _r(X4, sizes=[3], roi=[-0.5, 0.5], mode="linear", extrapolation_value=-1.0,
+         coordinate_transformation_mode="tf_crop_and_resize"), [-1, 0, 15])
+
+
+def test_half_pixel_symmetric():
+  # scale = float32(0.6); output_width = 2.4..., 2 outputs; offset = 2 * (1 - 2 / width)
+  s = float(np.float32(0.6))
+  width = s * 4
+  xo = 2 * (1 - 2 / width) + (np.arange(2) + 0.5) / s - 0.5
+  np.testing.assert_allclose(
+      _r(X4, scales=[0.6], mode="linear",
+         coordinate_transformation_mode="half_pixel_symmetric"), 10 * xo, rtol=1e-12)
+
+
+def test_tf_half_pixel_for_nn():
+  # Resize-11: x_original = (y + 0.5) / 2 = 0.25, 0.75, ..., 3.75 -> rounded half down
+  np.testing.assert_array_equal(
+      _r(X4, scales=[2.0], coordinate_transformation_mode="tf_half_pixel_for_nn"),
+      [0, 10, 10, 20, 20, 30, 30, 30])
+
+
+def test_cubic_keys_weights():
+  # asymmetric, scale 2: x_original = 0.5 at y = 1: taps -1, 0, 1, 2 (edge-clamped) with Keys
+  # weights at distances 1.5, 0.5, 0.5, 1.5: a/8 and (a+2)/8 - (a+3)/4 + 1.
+  for a in (-0.75, -0.5):
+    far, near = a / 8, (a + 2) / 8 - (a + 3) / 4 + 1
+    got = _r(X4, scales=[2.0], mode="cubic", cubic_coeff_a=a,
+             coordinate_transformation_mode="asymmetric")
+    np.testing.assert_allclose(got[1], far * 0 + near * 0 + near * 10 + far * 20, rtol=1e-12)
+    np.testing.assert_allclose(got[::2], X4, rtol=1e-12, atol=1e-12)  # integer coordinates
+    got = _r(X4, scales=[2.0], mode="cubic", cubic_coeff_a=a, exclude_outside=True,
+             coordinate_transformation_mode="asymmetric")  # tap -1 dropped, renormalised
+    np.testing.assert_allclose(got[1], (near * 10 + far * 20) / (2 * near + far), rtol=1e-12)
+
+
+def test_antialias_linear_downsampling():
+  # scale 0.5: x_original = 0.5, 2.5; the triangle is stretched by 2 -> 4 taps at distances
+  # 1.5, 0.5, 0.5, 1.5 with weights (1 - d / 2) / 2 = 1/8, 3/8, 3/8, 1/8.
+  np.testing.assert_allclose(_r(X4, scales=[0.5], mode="linear", antialias=True),
+                             [6.25, 23.75])
+  np.testing.assert_allclose(
+      _r(X4, scales=[0.5], mode="linear", antialias=True, exclude_outside=True),
+      [(3 / 8 * 10 + 1 / 8 * 20) / (7 / 8), 23.75 * 8 / 7 - 30 / 7])
+
+
+def test_keep_aspect_ratio_policy():
+  x = np.arange(8.0).reshape(2, 4)
+  assert _r(x, sizes=[4, 4], keep_aspect_ratio_policy="not_larger").shape == (2, 4)
+  assert _r(x, sizes=[4, 4], keep_aspect_ratio_policy="not_smaller").shape == (4, 8)
+  # round_int rounds halves up: scale 5/4 on length 2 gives 2.5 -> 3
+  assert _r(x, sizes=[5, 5], keep_aspect_ratio_policy="not_larger").shape == (3, 5)
+
+
+def test_output_length_from_float32_scale():
+  # float32(0.7) * 10 = 6.99999988 -> 6 (ONNX shape inference and the reference; onnxruntime's
+  # float32 product rounds to 7).
+  assert _r(np.zeros(10), scales=[0.7]).shape == (6,)
+  assert _r(np.zeros(10), scales=[0.6]).shape == (6,)
+
+
+def test_axes_any_order_and_negative():
+  x = np.random.default_rng(0).standard_normal((2, 3, 4))
+  a = _r(x, scales=[2.0, 0.5], axes=[-1, 1], mode="linear")
+  b = _r(x, scales=[1.0, 0.5, 2.0], mode="linear")
+  np.testing.assert_allclose(a, b, rtol=1e-12)
+  assert a.shape == (2, 1, 8)
+
+
+# --- dtypes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "uint8", "int8",
+                                   "int16", "int32", "int64", "uint16"])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_dtype_is_preserved(dtype, mode):
+  x = jnp.asarray(np.arange(12).reshape(3, 4) % 7, dtype=dtype)
+  y = jaxops.resize(x, scales=[2.0, 1.5], mode=mode)
+  assert y.dtype == x.dtype and y.shape == (6, 6)
+
+
+def test_integers_round_half_to_even():
+  # asymmetric linear, scale 2: midpoints 1.5 -> 2, 2.5 -> 2 (half to even), 254.5 -> 254
+  x = np.array([1, 2, 3, 254, 255], np.uint8)
+  got = _r(x, scales=[2.0], mode="linear", coordinate_transformation_mode="asymmetric")
+  np.testing.assert_array_equal(got, [1, 2, 2, 2, 3, 128, 254, 254, 255, 255])
+
+
+def test_integers_saturate():
+  onnx = pytest.importorskip("onnx")
+  from onnx.reference import ReferenceEvaluator
+
+  # Cubic overshoot beyond 255 and below 0 saturates (the reference's saturate_cast).
+  x = np.array([[0, 0, 255, 255, 0, 0]], np.uint8)
+  got = _r(x, scales=[1.0, 3.0], mode="cubic")
+  node = onnx.helper.make_node("Resize", ["X", "", "s"], ["Y"], mode="cubic")
+  expected = ReferenceEvaluator(node).run(None, {"X": x, "s": np.array([1, 3], np.float32)})[0]
+  np.testing.assert_array_equal(got, expected)
+  assert got.max() == 255 and got.min() == 0
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.complex64, np.int32])
+def test_nearest_copies_any_dtype_exactly(dtype):
+  x = (np.arange(6).reshape(2, 3) % 2).astype(dtype)
+  got = _r(x, scales=[1.0, 2.0], coordinate_transformation_mode="asymmetric")
+  np.testing.assert_array_equal(got, np.repeat(x, 2, axis=1))
+  assert got.dtype == x.dtype
+
+
+def test_half_types_round_once():
+  # float16 in, float16 out: 1 + 2**-10 is the float16 after 1, the exact midpoint here.
+  x = jnp.asarray([1.0, 1.0 + 2**-9], jnp.float16)
+  got = jaxops.resize(x, scales=[2.0], mode="linear", coordinate_transformation_mode="asymmetric")
+  assert got.dtype == jnp.float16
+  np.testing.assert_array_equal(np.asarray(got, np.float32),
+                                np.float16([1.0, 1.0 + 2**-10, 1.0 + 2**-9, 1.0 + 2**-9]))
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(scales=[2.0], sizes=[3]), ValueError, r"exactly one of `sizes` and `scales`.*both"),
+    (dict(), ValueError, r"exactly one of `sizes` and `scales`.*neither"),
+    (dict(scales=[2.0, 2.0]), ValueError, r"resize: argument `scales` must be a 1-D sequence of 1"),
+    (dict(scales=[0.0]), ValueError, r"`scales` must be finite numbers > 0"),
+    (dict(sizes=[-1]), ValueError, r"`sizes` must be integers >= 0"),
+    (dict(sizes=[2], mode="bilinear"), ValueError,
+     r"`mode` must be one of 'nearest', 'linear', 'cubic'; got 'bilinear'"),
+    (dict(sizes=[2], coordinate_transformation_mode="tf_crop_and_resize"), ValueError,
+     r"tf_crop_and_resize' needs `roi`"),
+    (dict(sizes=[2], roi=[0.0, 0.5, 1.0], coordinate_transformation_mode="tf_crop_and_resize"),
+     ValueError, r"`roi` must be a 1-D array of 2 values"),
+    (dict(sizes=[2], antialias=True), ValueError, r"`antialias` must be False with mode="),
+    (dict(sizes=[2, 2], axes=[0, -1]), ValueError, r"`axes` must be axes without repeats"),
+    (dict(sizes=[2], axes=[1]), ValueError, r"`axes` must be axes in \[-1, 1\)"),
+    (dict(sizes=[2], nearest_mode="round"), ValueError, r"`nearest_mode` must be one of"),
+    (dict(sizes=[2], keep_aspect_ratio_policy="fit"), ValueError,
+     r"`keep_aspect_ratio_policy` must be one of 'stretch', 'not_larger', 'not_smaller'"),
+])
+def test_errors(kw, exc, match):
+  with pytest.raises(exc, match=match):
+    jaxops.resize(X4, **kw)
+
+
+def test_linear_rejects_bool():
+  with pytest.raises(TypeError, match=r"mode='linear' needs a floating or integer `x`; got "
+                                      r"dtype bool"):
+    jaxops.resize(np.array([True, False]), scales=[2.0], mode="linear")
+
+
+def test_traced_scales_is_a_clear_type_error():
+  with pytest.raises(TypeError, match=r"resize: argument `scales` decides the output shape"):
+    jax.jit(lambda x, s: jaxops.resize(x, scales=s))(X4, jnp.array([2.0]))
+
+
+# --- tracing ------------------------------------------------------------------------------------
+
+
+def test_same_static_configuration_is_traced_once(monkeypatch):
+  traces = []
+  inner = _resize._interp_axis
+
+  def counting(*args, **kwargs):
+    traces.append(1)  # runs only while _resize_jit traces
+    return inner(*args, **kwargs)
+
+  monkeypatch.setattr(_resize, "_interp_axis", counting)
+  x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
+  for _ in range(3):
+    jaxops.resize(x, sizes=[41], axes=[1], mode="linear", cubic_coeff_a=-0.61)  # new objects
+  assert len(traces) == 1
+  jaxops.resize(x, sizes=[42], axes=[1], mode="linear", cubic_coeff_a=-0.61)
+  assert len(traces) == 2  # a new configuration traces once more
+
+
+def test_traced_roi_path_equals_static_roi_path():
+  x = np.random.default_rng(2).standard_normal((5, 6))
+  roi = np.array([0.1, -0.2, 0.8, 0.9])
+  for mode in ("nearest", "linear", "cubic"):
+    kw = dict(sizes=[4, 7], mode=mode, extrapolation_value=3.0,
+              coordinate_transformation_mode="tf_crop_and_resize")
+    static = _r(x, roi=roi, **kw)
+    traced = np.asarray(jax.jit(lambda r, kw=kw: jaxops.resize(x, roi=r, **kw))(roi))
+    np.testing.assert_allclose(traced, static, rtol=1e-12, atol=1e-12)
+
+
+def test_vmap_over_images_matches_torch():
+  torch = pytest.importorskip("torch")
+  F = torch.nn.functional
+  x = np.random.default_rng(3).standard_normal((4, 3, 5, 6)).astype(np.float32)
+  f = jax.vmap(lambda im: jaxops.resize(im, sizes=[9, 4], axes=[1, 2], mode="linear",
+                                        coordinate_transformation_mode="pytorch_half_pixel"))
+  expected = F.interpolate(torch.from_numpy(x), size=(9, 4), mode="bilinear",
+                           align_corners=False).numpy()
+  np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_vmap_over_roi_boxes_matches_reference():
+  onnx = pytest.importorskip("onnx")
+  from onnx.reference import ReferenceEvaluator
+
+  x = np.random.default_rng(4).standard_normal((1, 2, 6, 7)).astype(np.float32)
+  boxes = np.array([[0.0, 0.0, 0.5, 0.5], [0.25, 0.125, 1.0, 0.875], [0.5, -0.25, 1.25, 0.75]],
+                   np.float32)
+  f = jax.vmap(lambda r: jaxops.resize(x, sizes=[3, 4], roi=r, axes=[2, 3], mode="linear",
+                                       coordinate_transformation_mode="tf_crop_and_resize",
+                                       extrapolation_value=-2.0))
+  got = np.asarray(f(boxes))
+  node = onnx.helper.make_node("Resize", ["X", "roi", "", "sizes"], ["Y"], mode="linear",
+                               axes=[2, 3], coordinate_transformation_mode="tf_crop_and_resize",
+                               extrapolation_value=-2.0)
+  ref = ReferenceEvaluator(node)
+  for b, box in enumerate(boxes):
+    expected = ref.run(None, {"X": x, "roi": box, "sizes": np.array([3, 4])})[0]
+    np.testing.assert_allclose(got[b], expected, rtol=1e-5, atol=1e-6)
+
+
+# --- torch F.interpolate as an oracle -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode,torch_mode", [("linear", "bilinear"), ("cubic", "bicubic")])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("size", [(11, 5), (3, 9)])
+def test_matches_torch_interpolate(mode, torch_mode, align_corners, size):
+  torch = pytest.importorskip("torch")
+  x = np.random.default_rng(5).standard_normal((2, 3, 7, 6))
+  coord = "align_corners" if align_corners else "pytorch_half_pixel"
+  got = _r(x, sizes=list(size), axes=[2, 3], mode=mode, coordinate_transformation_mode=coord)
+  expected = torch.nn.functional.interpolate(torch.from_numpy(x), size=size, mode=torch_mode,
+                                             align_corners=align_corners).numpy()
+  np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_antialias_matches_torch_interpolate():
+  torch = pytest.importorskip("torch")
+  x = np.random.default_rng(6).standard_normal((1, 2, 16, 12))
+  for mode, torch_mode in (("linear", "bilinear"), ("cubic", "bicubic")):
+    # torch (like Pillow) drops taps outside the image and renormalises (exclude_outside), and
+    # its antialiased bicubic uses a = -0.5.
+    got = _r(x, sizes=[5, 4], axes=[2, 3], mode=mode, antialias=True, exclude_outside=True,
+             cubic_coeff_a=-0.5, coordinate_transformation_mode="pytorch_half_pixel")
+    expected = torch.nn.functional.interpolate(torch.from_numpy(x), size=(5, 4),
+                                               mode=torch_mode, align_corners=False,
+                                               antialias=True).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+# --- deviations (docs/DEVIATIONS.md) ------------------------------------------------------------
+
+
+def _reference(node_kw: dict, x: np.ndarray, **inputs) -> np.ndarray:
+  onnx = pytest.importorskip("onnx")
+  from onnx.reference import ReferenceEvaluator
+
+  names = ["X", "roi", "scales", "sizes"]
+  ins = [n if n == "X" or n in inputs else "" for n in names]
+  while ins[-1] == "":
+    ins.pop()
+  node = onnx.helper.make_node("Resize", ins, ["Y"], **node_kw)
+  return ReferenceEvaluator(node).run(None, {"X": x, **inputs})[0]
+
+
+def test_deviation_pytorch_half_pixel_one_output_pixel():
+  # Spec: length_resized > 1 ? ... : 0. The reference uses -0.5, which cubic interpolation
+  # turns into a*1.5**3... weights over the edge: a/8 * x[1] = -0.9375 here.
+  kw = dict(mode="cubic", coordinate_transformation_mode="pytorch_half_pixel")
+  got = _r(X4, sizes=[1], **kw)
+  np.testing.assert_allclose(got, [0.0])  # x_original = 0 -> x[0]
+  np.testing.assert_allclose(_reference(kw, X4, sizes=np.array([1])), [-0.9375])
+  # With 49 inputs, the reference's output_width (1/49)*49 is not exactly 1, so it even takes
+  # (0.5)/scale - 0.5 = 24; the spec gives 0.
+  x49 = np.arange(49.0)
+  kw = dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+  np.testing.assert_allclose(_r(x49, sizes=[1], **kw), [0.0])
+  np.testing.assert_allclose(_reference(kw, x49, sizes=np.array([1])), [24.0])
+
+
+def test_deviation_tf_crop_and_resize_one_output_pixel():
+  # Spec: length_resized == 1 -> 0.5 * (start + end) * (length - 1) = 0.75 * 48 = 36. The
+  # reference's output_width (1/49)*49 != 1 sends it to the other branch: start * 48 = 24.
+  x49 = np.arange(49.0)
+  kw = dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize")
+  roi = np.array([0.5, 1.0])
+  np.testing.assert_allclose(_r(x49, sizes=[1], roi=roi, **kw), [36.0])
+  np.testing.assert_allclose(_reference(kw, x49, roi=roi, sizes=np.array([1])), [24.0])
+
+
+def test_deviation_align_corners_with_keep_aspect_ratio_policy():
+  # sizes [4, 4] not_larger on (3, 5): scale 0.8, output lengths round(2.4) = 2 and 4. The
+  # resized tensor's lengths are 2 and 4; align_corners maps y to y * (5 - 1) / (4 - 1)
+  # along the last axis: the corners align. The reference divides by the fractional
+  # 0.8 * 5 - 1 = 3 (same here) but by 0.8 * 3 - 1 = 1.4 on the first axis (rows 0 and 2/1.4).
+  x = np.arange(15.0).reshape(3, 5)
+  kw = dict(mode="linear", coordinate_transformation_mode="align_corners",
+            keep_aspect_ratio_policy="not_larger")
+  got = _r(x, sizes=[4, 4], **kw)
+  cols = np.arange(4) * 4 / 3
+  np.testing.assert_allclose(got, np.stack([cols, cols + 10]), rtol=1e-12)
+  ref = _reference(kw, x, sizes=np.array([4, 4]))
+  np.testing.assert_allclose(ref[1], cols + 5 * 2 / 1.4, rtol=1e-12)
+
+
+def test_deviation_tap_window_one_rounding_step_above_an_integer():
+  # sizes [1, 6] not_larger on (2, 5): scale 0.5, output (1, 3). half_pixel_symmetric on the
+  # last axis: output_width 2.5, offset 2.5 * (1 - 3 / 2.5) = -0.5, x_original = 2y exactly.
+  # The reference's float64 offset is -0.4999999999999999, its x_original[0] one step above
+  # 0, and its tap window (from x + 2 rounded to 2.0) one tap to the left: with
+  # exclude_outside its cubic weight lands outside and the output collapses towards 0.
+  x = np.array([[1.0, 2.0, 3.0, 4.0, 5.0], [3.0, 4.0, 5.0, 6.0, 7.0]])
+  kw = dict(mode="cubic", coordinate_transformation_mode="half_pixel_symmetric",
+            keep_aspect_ratio_policy="not_larger", exclude_outside=True)
+  got = _r(x, sizes=[1, 6], **kw)
+  # rows: x_original = 0.5 between the two rows (symmetric weights) -> the row mean
+  np.testing.assert_allclose(got, [[2.0, 4.0, 6.0]], rtol=1e-12)
+  ref = _reference(kw, x, sizes=np.array([1, 6]))
+  assert abs(ref[0, 0] - 2.0) > 0.5
+
+
+def test_deviation_exclude_outside_with_nearest_is_ignored():
+  # ceil rounding at x_original = 3.25 (half_pixel, y = 7) picks pixel 4, outside the input: the reference
+  # drops its only weight and divides 0 by its guard, giving 0; jaxops clamps to the edge pixel
+  # (exclude_outside renormalises interpolation weights; nearest has a single sample).
+  kw = dict(mode="nearest", nearest_mode="ceil", exclude_outside=1)
+  got = _r(X4, scales=[2.0], nearest_mode="ceil", exclude_outside=True)
+  assert got[-1] == 30.0
+  ref = _reference(kw, X4, scales=np.array([2.0], np.float32))
+  assert ref[-1] == 0.0
