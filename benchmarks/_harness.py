@@ -224,8 +224,15 @@ def compare(ref: Any, out: Any, rtol: float, atol: float) -> tuple[bool, str]:
 
 
 def check(case: Case) -> None:
-  """Warm every system up once and label its agreement with jaxops (or the first system)."""
-  outs = {s.name: (s.view or _identity)(s.run()) for s in case.systems}
+  """Warm every system up once and label its agreement with jaxops (or the first system); a
+  system that raises is taken out of the case and listed as missing, with its error."""
+  outs = {}
+  for s in list(case.systems):
+    try:
+      outs[s.name] = (s.view or _identity)(s.run())
+    except Exception as e:  # noqa: BLE001 - e.g. out of device memory: report, go on
+      case.systems.remove(s)
+      case.missing.append((s.name, f"failed when run: {_first_line(e)}"))
   case.floor.run()
   if not outs:
     return
