@@ -192,9 +192,10 @@ systems are interleaved block by block (rotating order). Medians are reported. J
 synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`. Backward rows
 time the gradient of sum(op(x) ** 2) with respect to x, forward included: `jax.grad` under jit
 for jaxops, jax.image and flax; `torch.autograd.grad` of the same loss for torch.
-The copy floor is a jitted `x + 1` over a uint8 buffer of half the bytes the op must read and
-write (forward: input + output; backward: input + gradient), on the same device and in the same blocks:
-the time to move those bytes once. GB/s columns are those bytes over the median time.
+The copy floor is a jitted `x + 1` over uint8 that reads as many bytes as the op must read and
+writes as many as it must write (forward: input, output; backward: input, gradient), on the same
+device and in the same blocks: the time to move those bytes once. GB/s columns are those bytes
+(read + write) over the median time.
 On a GPU the resize and pool inputs have a batch {gpu_batch} times larger than on the CPU.
 The process is pinned to --threads CPUs (sched_setaffinity), which sizes XLA's CPU thread pool;
 torch uses torch.set_num_threads(--threads)."""

@@ -43,7 +43,7 @@ def _input(ctx: Context) -> np.ndarray:
 
 
 def _build(c: CastCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     import jaxops
     x = _input(ctx)
     target = np.dtype(BY_NAME[c.to].dtype)
@@ -64,7 +64,7 @@ def _build(c: CastCase) -> Any:
       b.skip("onnxruntime", "the bench extra has the CPU build of onnxruntime only")
       b.skip("numpy", "host only")
     b.add("torch", lambda: _torch(c, x, ctx), note=clip_note)
-    return b, x.nbytes + x.size * target.itemsize, target
+    return b, (x.nbytes, x.size * target.itemsize), target
 
   return build
 

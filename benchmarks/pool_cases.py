@@ -135,7 +135,7 @@ def _channels_first(y: Any) -> np.ndarray:
 
 
 def _forward(c: PoolCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c.input_shape(ctx), ctx)
     b = Builder(ctx.jax_device(), x)
     b.add("jaxops", lambda: b.jax(_jaxops_fn(c), x))
@@ -161,13 +161,13 @@ def _forward(c: PoolCase) -> Any:
       return s
 
     b.add("flax", flax_system, note=why)
-    return b, x.nbytes + int(np.prod(c.out_shape(x.shape))) * x.itemsize, x.dtype
+    return b, (x.nbytes, int(np.prod(c.out_shape(x.shape))) * x.itemsize), x.dtype
 
   return build
 
 
 def _backward(c: PoolCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c.input_shape(ctx), ctx)
     b = Builder(ctx.jax_device(), x)
     b.skip("onnxruntime", "no backward pass (inference runtime)")
@@ -185,7 +185,7 @@ def _backward(c: PoolCase) -> Any:
       return s
 
     b.add("flax", flax_system, note=why)
-    return b, 2 * x.nbytes, x.dtype
+    return b, (x.nbytes, x.nbytes), x.dtype
 
   return build
 
@@ -196,7 +196,7 @@ GLOBAL_SHAPE = (8, 512, 7, 7)
 def _global(backward: bool) -> Any:
   """GlobalAveragePool; flax has no global pool, so its row is avg_pool with the whole window."""
 
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     import jaxops
     x = _input((1, 2, 7, 7) if ctx.tiny else ctx.sized(GLOBAL_SHAPE), ctx)
     b = Builder(ctx.jax_device(), x)
@@ -226,7 +226,7 @@ def _global(backward: bool) -> Any:
 
     b.add("flax", flax_system)
     out = x.nbytes if backward else x.shape[0] * x.shape[1] * x.itemsize
-    return b, x.nbytes + out, x.dtype
+    return b, (x.nbytes, out), x.dtype
 
   return build
 

@@ -166,7 +166,7 @@ def _ort(c: ResizeCase, x: np.ndarray, ctx: Context) -> Any:
 
 
 def _forward(c: ResizeCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c, ctx)
     b = Builder(ctx.jax_device(), x)
     b.add("jaxops", lambda: b.jax(_jaxops_fn(c, x.ndim), x))
@@ -178,14 +178,13 @@ def _forward(c: ResizeCase) -> Any:
     b.add("torch", lambda: torch_forward(op, x, ctx) if op else None, note=note)
     f, note = _jax_image(c, x.shape)
     b.add("jax.image", lambda: b.jax(f, x, note=note))
-    nbytes = x.nbytes + int(np.prod(c.out_shape(x.shape))) * x.dtype.itemsize
-    return b, nbytes, x.dtype
+    return b, (x.nbytes, int(np.prod(c.out_shape(x.shape))) * x.dtype.itemsize), x.dtype
 
   return build
 
 
 def _backward(c: ResizeCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c, ctx)
     b = Builder(ctx.jax_device(), x)
     b.skip("onnxruntime", "no backward pass (inference runtime)")
@@ -194,7 +193,7 @@ def _backward(c: ResizeCase) -> Any:
     b.add("torch", lambda: torch_grad(op, x, ctx) if op else None, note=note)
     f, note = _jax_image(c, x.shape)
     b.add("jax.image", lambda: b.jax(grad_of_sum_of_squares(f), x, note=note))
-    return b, 2 * x.nbytes, x.dtype
+    return b, (x.nbytes, x.nbytes), x.dtype
 
   return build
 
