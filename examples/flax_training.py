@@ -10,7 +10,8 @@ Run it (CPU, a few hundred steps, well under two minutes)::
   python examples/flax_training.py               # 300 steps, plot in out/flax_training.png
   python examples/flax_training.py --steps 50    # a quick look
 
-It prints the loss at the start and the end and saves a plot of the loss curve.
+It prints the loss at the start and the end and saves a plot of the loss curve beside a
+held-out example (noisy input, output, clean target).
 """
 
 from __future__ import annotations
@@ -70,8 +71,14 @@ class EncoderDecoder(nnx.Module):
 
 
 def train(steps: int = 300, *, batch: int = 16, size: int = 32, width: int = 16,
-          noise: float = 0.3, learning_rate: float = 3e-3, seed: int = 0) -> list[float]:
-  """Trains the denoiser for ``steps`` Adam steps; returns the loss (MSE) of every step."""
+          noise: float = 0.3, learning_rate: float = 3e-3,
+          seed: int = 0) -> tuple[list[float], np.ndarray]:
+  """Trains the denoiser for ``steps`` Adam steps.
+
+  Returns:
+    The loss (MSE) of every step, and a (3, size, size) sample from a held-out image: noisy
+    input, the trained model's output, clean target.
+  """
   rng = np.random.default_rng(seed)
   clean = make_images(rng, 256, size)
   # The "rbg" PRNG (XLA's RngBitGenerator) compiles much faster than the default threefry on
@@ -94,16 +101,27 @@ def train(steps: int = 300, *, batch: int = 16, size: int = 32, width: int = 16,
     target = clean[rng.integers(0, len(clean), batch)]
     noisy = (target + noise * rng.standard_normal(target.shape)).astype(np.float32)
     losses.append(float(step(model, optimizer, jnp.asarray(noisy), jnp.asarray(target))))
-  return losses
+  clean_test = make_images(np.random.default_rng(seed + 1), 1, size)
+  noisy_test = (clean_test + noise * rng.standard_normal(clean_test.shape)).astype(np.float32)
+  out = np.asarray(model(jnp.asarray(noisy_test)))
+  return losses, np.stack([noisy_test[0, ..., 0], out[0, ..., 0], clean_test[0, ..., 0]])
 
 
-def plot(losses: list[float], path: pathlib.Path) -> None:
+def plot(losses: list[float], sample: np.ndarray, path: pathlib.Path) -> None:
+  """The loss curve, and noisy input / output / clean target of one held-out image."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+  fig = plt.figure(figsize=(10, 3.5), dpi=100)
+  grid = fig.add_gridspec(1, 5, width_ratios=[3, 0.15, 1, 1, 1])
+  for i, title in enumerate(("noisy input", "model output", "clean target")):
+    im = fig.add_subplot(grid[0, 2 + i])
+    im.imshow(np.clip(sample[i], 0, 1), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+    im.set_title(title, fontsize=10)
+    im.axis("off")
+  ax = fig.add_subplot(grid[0, 0])
   ax.semilogy(np.arange(1, len(losses) + 1), losses, lw=1)
   ax.set_xlabel("step")
   ax.set_ylabel("MSE (log scale)")
@@ -123,15 +141,15 @@ def main(argv: list[str] | None = None) -> list[float]:
   parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out/flax_training.png"))
   args = parser.parse_args(argv)
   t0 = time.perf_counter()
-  losses = train(args.steps, batch=args.batch, seed=args.seed)
+  losses, sample = train(args.steps, batch=args.batch, seed=args.seed)
   seconds = time.perf_counter() - t0
   head = float(np.mean(losses[:5]))
   tail = float(np.mean(losses[-5:]))
   print(f"trained {args.steps} steps (batch {args.batch}) in {seconds:.1f} s on "
         f"{jax.devices()[0].platform}")
   print(f"loss: first 5 steps {head:.4f} -> last 5 steps {tail:.4f} ({head / tail:.1f}x lower)")
-  plot(losses, args.out)
-  print(f"loss curve saved to {args.out}")
+  plot(losses, sample, args.out)
+  print(f"loss curve and a held-out example saved to {args.out}")
   return losses
 
 

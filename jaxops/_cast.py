@@ -172,6 +172,8 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
   source_is_string = _is_string_array(x)
   if target.name == "STRING" or source_is_string:
     return _host_cast(op, x, target, source_is_string, saturate, mode, fnuz_inf_to_nan)
+  if hasattr(x, "dtype"):
+    _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
   x = jnp.asarray(x)
   _check_dtype(op, "x", x.dtype)
   _check_dtype(op, "to", target.dtype)
@@ -334,7 +336,8 @@ def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode
 
 # float32-range subnormals: (unsigned type, exponent-field shift, field mask, smallest subnormal
 # exponent). XLA on CPU flushes them to zero when it converts float32/bfloat16 to float64.
-_SUBNORMAL_LAYOUT = {_F32: (np.uint32, 23, 0xFF, -149), _BF16: (np.uint16, 7, 0xFF, -133)}
+_SUBNORMAL_LAYOUT: dict[np.dtype, tuple[Any, int, int, int]] = {
+    _F32: (np.uint32, 23, 0xFF, -149), _BF16: (np.uint16, 7, 0xFF, -133)}
 
 
 def _to_f64(x: jax.Array) -> jax.Array:

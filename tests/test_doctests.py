@@ -1,4 +1,6 @@
-"""Every docstring example in the package runs as a doctest, and every public function has one.
+"""Every docstring example in the package, and the README's tour, runs as a doctest.
+
+(That every public function has an Examples: block is checked in tests/test_api.py.)
 
 The examples run under JAX's default configuration, as in a user's session: 64-bit types off
 (tests/conftest.py turns them on for the rest of the suite) and NumPy's default print options.
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import inspect
+import pathlib
 import pkgutil
 import types
 
@@ -62,30 +64,22 @@ def test_module_doctests(name):
   assert failed == 0, f"{failed} of {attempted} examples failed in {name}:\n" + "".join(report)
 
 
-def _public_functions() -> list[tuple[str, object]]:
-  out = []
-  for name in jaxops.__all__:
-    obj = getattr(jaxops, name)
-    if inspect.isfunction(obj) or (callable(obj) and not inspect.isclass(obj)):
-      out.append((name, obj))
-  return out
-
-
-def test_public_namespace_is_not_empty_once_ops_land():
-  # The ops land on their own branches; this records what this checkout exports.
-  assert isinstance(jaxops.__all__, list)
-
-
-@pytest.mark.parametrize("name,fn", _public_functions() or [pytest.param(None, None,
-                                                                           marks=pytest.mark.skip)])
-def test_public_function_has_runnable_example(name, fn):
-  doc = inspect.getdoc(fn) or ""
-  assert "Examples:" in doc, f"jaxops.{name}: docstring has no Examples: block"
-  assert ">>>" in doc, f"jaxops.{name}: Examples: block has no >>> lines"
-  for section in ("Args:", "Returns:"):
-    assert section in doc, f"jaxops.{name}: docstring has no {section} section"
-
-
 def test_backend_has_runnable_example():
   onnx_mod = _import("jaxops.onnx")
   assert ">>>" in (onnx_mod.__doc__ or "")
+
+
+def test_readme_examples():
+  """The README's ``>>>`` blocks run as one doctest (code fences stripped), x64 off."""
+  pytest.importorskip("onnx")
+  pytest.importorskip("flax")
+  readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+  lines = [("" if line.startswith("```") else line)
+           for line in readme.read_text().splitlines()]
+  test = doctest.DocTestParser().get_doctest("\n".join(lines), {}, "README.md", str(readme), 0)
+  assert len(test.examples) >= 15, "README lost its tour"
+  runner = doctest.DocTestRunner(optionflags=FLAGS)
+  report: list[str] = []
+  with jax.enable_x64(False):
+    runner.run(test, out=report.append, clear_globs=True)
+  assert runner.failures == 0, "".join(report)

@@ -23,3 +23,16 @@ def test_mypy_passes():
       [sys.executable, "-m", "mypy", "jaxops", "--no-error-summary", "--hide-error-context"],
       cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, f"mypy jaxops failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_public_functions_take_arraylike_and_return_array():
+  import inspect
+
+  import jaxops
+
+  for name in jaxops.__all__:
+    sig = inspect.signature(getattr(jaxops, name))
+    ret = str(sig.return_annotation)
+    assert "Array" in ret, f"jaxops.{name} returns {ret!r}, not jax.Array"
+    arrays = [p.name for p in sig.parameters.values() if "ArrayLike" in str(p.annotation)]
+    assert arrays, f"jaxops.{name} has no parameter annotated jax.typing.ArrayLike"
