@@ -15,7 +15,8 @@ import jax
 import numpy as np
 
 from benchmarks._harness import Builder, Context, Spec, grad_of_sum_of_squares
-from benchmarks._peers import ort_system, torch_forward, torch_grad
+from benchmarks._peers import (ORT_NO_BACKWARD, ORT_NOT_ON_GPU, ort_system, torch_forward,
+                              torch_grad)
 
 POOL_OPSET = 22
 
@@ -148,7 +149,7 @@ def _forward(c: PoolCase) -> Any:
                                               attrs=attrs, opset=POOL_OPSET,
                                               threads=ctx.threads))
     else:
-      b.skip("onnxruntime", "the bench extra has the CPU build of onnxruntime only")
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
     op, why = _torch_op(c)
     b.add("torch", lambda: torch_forward(op, x, ctx) if op else None, note=why)
     f, why = _flax_fn(c)
@@ -170,7 +171,7 @@ def _backward(c: PoolCase) -> Any:
   def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c.input_shape(ctx), ctx)
     b = Builder(ctx.jax_device(), x)
-    b.skip("onnxruntime", "no backward pass (inference runtime)")
+    b.skip("onnxruntime", ORT_NO_BACKWARD)
     b.add("jaxops", lambda: b.jax(grad_of_sum_of_squares(_jaxops_fn(c)), x))
     op, why = _torch_op(c)
     b.add("torch", lambda: torch_grad(op, x, ctx) if op else None, note=why)
@@ -203,12 +204,12 @@ def _global(backward: bool) -> Any:
     wrap = grad_of_sum_of_squares if backward else (lambda f: f)
     b.add("jaxops", lambda: b.jax(wrap(jaxops.global_average_pool), x))
     if backward:
-      b.skip("onnxruntime", "no backward pass (inference runtime)")
+      b.skip("onnxruntime", ORT_NO_BACKWARD)
     elif ctx.device == "cpu":
       b.add("onnxruntime", lambda: ort_system("GlobalAveragePool", {"x": x}, node_inputs=["x"],
                                               opset=POOL_OPSET, threads=ctx.threads))
     else:
-      b.skip("onnxruntime", "the bench extra has the CPU build of onnxruntime only")
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
 
     def torch_op(t: Any) -> Any:
       import torch

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks._harness import Builder, Context, Spec, grad_of_sum_of_squares
-from benchmarks._peers import ort_system, torch_forward, torch_grad
+from benchmarks._peers import (ORT_NO_BACKWARD, ORT_NOT_ON_GPU, ort_system, torch_forward,
+                              torch_grad)
 
 RESIZE_OPSET = 19
 # torch's and jax.image's antialiased filters drop the taps past the border and renormalise the
@@ -173,7 +174,7 @@ def _forward(c: ResizeCase) -> Any:
     if ctx.device == "cpu":
       b.add("onnxruntime", lambda: _ort(c, x, ctx))
     else:
-      b.skip("onnxruntime", "the bench extra has the CPU build of onnxruntime only")
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
     op, note = _torch_op(c, x.ndim)
     b.add("torch", lambda: torch_forward(op, x, ctx) if op else None, note=note)
     f, note = _jax_image(c, x.shape)
@@ -187,7 +188,7 @@ def _backward(c: ResizeCase) -> Any:
   def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c, ctx)
     b = Builder(ctx.jax_device(), x)
-    b.skip("onnxruntime", "no backward pass (inference runtime)")
+    b.skip("onnxruntime", ORT_NO_BACKWARD)
     b.add("jaxops", lambda: b.jax(grad_of_sum_of_squares(_jaxops_fn(c, x.ndim)), x))
     op, note = _torch_op(c, x.ndim)
     b.add("torch", lambda: torch_grad(op, x, ctx) if op else None, note=note)
