@@ -101,7 +101,8 @@ def detail_table(results: Sequence[dict[str, Any]]) -> str:
 
 def case_text(r: dict[str, Any]) -> str:
   """The lines printed on stdout as soon as a case is measured."""
-  lines = [f"== {r['label']}  ({r['input']}; copy floor {_ms(r['floor_s'])} ms, {r['bytes_moved'] / 1e6:.3g} MB)"]
+  lines = [f"== {r['label']}  ({r['input']}; copy floor {_ms(r['floor_s'])} ms, "
+           f"{r['bytes_moved'] / 1e6:.3g} MB)"]
   for s in r["systems"]:
     extra = f"  [{s['note']}]" if s["note"] else ""
     comp = f"  compile/setup {_ms(s['compile_s'])} ms" if s["compile_s"] is not None else ""
