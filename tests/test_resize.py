@@ -391,3 +391,26 @@ def test_deviation_exclude_outside_with_nearest_is_ignored():
   assert got[-1] == 30.0
   ref = _reference(kw, X4, scales=np.array([2.0], np.float32))
   assert ref[-1] == 0.0
+
+
+def test_deviation_output_length_ignores_roi():
+  # Spec summary: floor(input_dimension * (roi_end - roi_start) * scale). The roi input "only
+  # takes effect" in tf_crop_and_resize's coordinates; ONNX shape inference, the reference and
+  # onnxruntime all give floor(scale * length), and so does jaxops (a traced roi cannot decide a
+  # shape). scale 1 on length 4 with roi [0, 0.5] stays 4 samples of the first half.
+  got = _r(X4, scales=[1.0], roi=[0.0, 0.5], mode="linear",
+           coordinate_transformation_mode="tf_crop_and_resize")
+  np.testing.assert_allclose(got, [0, 5, 10, 15])  # x_original = y * 0.5 * 3 / 3
+
+
+def test_deviation_infinity_is_kept():
+  # Nearest copies the pixel. The reference multiplies a zero weight into the infinity of the
+  # other tap of its two-tap nearest window (NaN), and its saturate_cast clips inf to the
+  # largest finite float.
+  x = np.array([np.inf, 1.0], np.float32)
+  got = _r(x, scales=[2.0], coordinate_transformation_mode="asymmetric")
+  np.testing.assert_array_equal(got, [np.inf, np.inf, 1, 1])
+  with np.errstate(invalid="ignore"):
+    ref = _reference(dict(mode="nearest", coordinate_transformation_mode="asymmetric"), x,
+                     scales=np.array([2.0], np.float32))
+  assert np.isnan(ref[0]) and ref[1] == np.finfo(np.float32).max
