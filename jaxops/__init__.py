@@ -6,6 +6,17 @@ package; this namespace needs only jax and numpy.
 
 __version__ = "0.1.0"
 
+from jaxops._cast import cast as cast, cast_like as cast_like
+from jaxops._constant import constant_of_shape as constant_of_shape
+from jaxops._pool import average_pool as average_pool
+from jaxops._pool import global_average_pool as global_average_pool
 from jaxops._resize import resize as resize
 
-__all__: list[str] = ["resize"]
+__all__: list[str] = [
+    "average_pool",
+    "cast",
+    "cast_like",
+    "constant_of_shape",
+    "global_average_pool",
+    "resize",
+]

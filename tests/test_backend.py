@@ -73,7 +73,7 @@ def test_ml_dtypes_inputs():
 
 def test_static_inputs_compile_once_per_value():
   model = _model([helper.make_node("ConstantOfShape", ["s"], ["y"])],
-                 [_vi("s", TensorProto.INT64, [2])], [_vi("y", TensorProto.FLOAT, None)])
+                 [_vi("s", TensorProto.INT64, [2])], [_vi("y", TensorProto.FLOAT, ["a", "b"])])
   rep = Backend.prepare(model)
   assert rep.run([np.array([2, 3])])[0].shape == (2, 3)
   rep.run([np.array([2, 3])])
@@ -85,7 +85,8 @@ def test_static_inputs_compile_once_per_value():
 def test_static_input_from_another_node_is_rejected():
   nodes = [helper.make_node("Cast", ["s"], ["s64"], to=TensorProto.INT64),
            helper.make_node("ConstantOfShape", ["s64"], ["y"])]
-  model = _model(nodes, [_vi("s", TensorProto.INT32, [2])], [_vi("y", TensorProto.FLOAT, None)])
+  model = _model(nodes, [_vi("s", TensorProto.INT32, [2])],
+                 [_vi("y", TensorProto.FLOAT, ["a", "b"])])
   with pytest.raises(NotImplementedError, match="ConstantOfShape.*decides the output shape"):
     Backend.prepare(model)
 

@@ -16,8 +16,6 @@ from jaxops.onnx import conformance  # noqa: E402
 # Op prefixes whose cases are expected to fail until the issue named here lands; strict, so a
 # case that starts passing fails the suite until its mark is removed.
 PENDING: dict[str, str] = {
-    "test_averagepool_": "issue 4: AveragePool",
-    "test_globalaveragepool_": "issue 4: GlobalAveragePool",
 }
 
 

@@ -108,11 +108,102 @@ def ints(value: Any) -> tuple[int, ...] | None:
 
 
 # --- Cast / CastLike ----------------------------------------------------------------------------
+# Each version's type constraints are read from onnx's schema; Cast-1's `to` is a type name.
+# Cast-19/21/23 (and CastLike-19/21/23, which defer to Cast) send +-Inf to NaN for the FNUZ
+# float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default).
 
+_ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
+
+
+def _allowed_types(op_type: str, since: int, param: str) -> frozenset[str]:
+  """The ONNX element type names that ``param`` of ``op_type`` version ``since`` allows."""
+  import onnx.defs
+
+  schema = onnx.defs.get_schema(op_type, since, "")
+  for constraint in schema.type_constraints:
+    if constraint.type_param_str == param:
+      inner = [t[len("tensor("):-1] for t in constraint.allowed_type_strs]
+      return frozenset(_ONNX_TYPE_NAMES.get(t, t.upper()) for t in inner)
+  raise KeyError(param)
+
+
+def _check_type(op_type: str, since: int, param: str, what: str, name: str) -> None:
+  allowed = _allowed_types(op_type, since, param)
+  if name not in allowed:
+    raise TypeError(f"jaxops.onnx: {op_type} version {since} does not allow {what} of type "
+                    f"{name}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _type_name(value: Any) -> str:
+  from jaxops import _dtypes
+
+  return _dtypes.of_dtype(np.dtype(value.dtype)).name
+
+
+def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
+  return {"saturate": bool(attr(attrs, "saturate", 1)) if since >= 19 else True,
+          "round_mode": attr(attrs, "round_mode", "up") if since >= 24 else "up",
+          "_fnuz_inf_to_nan": 19 <= since <= 23}
+
+
+def _casts_to_string(attrs: dict[str, Any]) -> bool:
+  to = attrs.get("to")
+  return to == 8 or (isinstance(to, str) and to.upper() == "STRING")
+
+
+def _make_cast(since: int) -> Adapt:
+  def cast_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _cast, _dtypes
+
+    x = inputs[0]
+    if "to" not in attrs:
+      raise ValueError(f"jaxops.onnx: Cast version {since} needs the attribute `to`")
+    target = _dtypes.elem_type("Cast", "to", attrs["to"])
+    _check_type("Cast", since, "T1", "input", _type_name(x))
+    _check_type("Cast", since, "T2", "`to`", target.name)
+    return [_cast.cast(x, target.enum, **_cast_kwargs(since, attrs))]
+
+  return cast_adapter
+
+
+def _make_cast_like(since: int) -> Adapt:
+  def cast_like_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _cast
+
+    x, like = inputs[0], inputs[1]
+    _check_type("CastLike", since, "T1", "input", _type_name(x))
+    _check_type("CastLike", since, "T2", "target_type", _type_name(like))
+    return [_cast.cast_like(x, like, **_cast_kwargs(since, attrs))]
+
+  return cast_like_adapter
+
+
+for _v in (1, 6, 9, 13, 19, 21, 23, 24, 25, 28):
+  register("Cast", _v, host=_casts_to_string)(_make_cast(_v))
+for _v in (15, 19, 21, 23, 24, 25):
+  register("CastLike", _v)(_make_cast_like(_v))
 
 
 # --- ConstantOfShape ----------------------------------------------------------------------------
+# Input 0 (the shape) decides the output shape: a static input. The versions differ only in the
+# dtypes `value` may have (read from onnx's schema).
 
+
+def _make_constant_of_shape(since: int) -> Adapt:
+  def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _constant
+
+    value = attrs.get("value")
+    if value is not None:
+      value = np.asarray(value)
+      _check_type("ConstantOfShape", since, "T2", "`value`", _type_name(value))
+    return [_constant.constant_of_shape(np.asarray(inputs[0]).reshape(-1), value)]
+
+  return constant_of_shape_adapter
+
+
+for _v in (9, 20, 21, 23, 24, 25):
+  register("ConstantOfShape", _v, static_inputs=(0,))(_make_constant_of_shape(_v))
 
 
 # --- Resize / Upsample --------------------------------------------------------------------------
@@ -221,5 +312,46 @@ for _v in (11, 13, 18, 19):
 
 
 # --- AveragePool / GlobalAveragePool ------------------------------------------------------------
+# Version differences are attribute sets only: count_include_pad from 7, ceil_mode from 10,
+# dilations from 19, bfloat16 from 22. Every version's auto_pad output lengths equal the
+# newest formulas (see docs/DEVIATIONS.md, AveragePool, for AveragePool-11's text).
+
+_POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "pads", "strides"),
+               7: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad"),
+               10: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad",
+                    "ceil_mode")}
+
+
+def _average_pool(version: int) -> Adapt:
+  allowed = _POOL_ATTRS.get(version, _POOL_ATTRS[10] + ("dilations",))
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._pool import average_pool
+
+    unknown = sorted(set(attrs) - set(allowed))
+    if unknown:
+      raise ValueError(f"jaxops.onnx: AveragePool-{version} has no attribute(s) {unknown}; it "
+                       f"takes {sorted(allowed)}")
+    if "kernel_shape" not in attrs:
+      raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
+    return [average_pool(
+        inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
+        pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
+        auto_pad=attr(attrs, "auto_pad", "NOTSET"),
+        ceil_mode=bool(attr(attrs, "ceil_mode", 0)),
+        count_include_pad=bool(attr(attrs, "count_include_pad", 0)))]
+
+  return adapt
+
+
+for _v in (1, 7, 10, 11, 19, 22):
+  register("AveragePool", _v)(_average_pool(_v))
+
+
+@register("GlobalAveragePool", 1, 22)
+def _global_average_pool(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  from jaxops._pool import global_average_pool
+
+  return [global_average_pool(inputs[0])]
 
 

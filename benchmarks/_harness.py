@@ -1,0 +1,274 @@
+"""The measuring method shared by every benchmark case.
+
+A *case* is one piece of work (an op, a configuration, a pass, a device) and the *systems* that
+can do it: jaxops and its peers. Each system is a zero-argument callable that runs the work once,
+synchronised (JAX: ``block_until_ready``; torch CUDA: ``torch.cuda.synchronize``), and returns
+its output. The method, applied to every case in the same way:
+
+1. Warm-up: each system is built (JAX: lowered and compiled, the time reported as compile time;
+   onnxruntime: the session is built once) and run once; outputs are compared with jaxops'
+   (or, where jaxops cannot run the case, with the first peer's). A peer that disagrees keeps
+   its row and gets a label.
+2. Timing: ``reps`` blocks; in each block every system, and the memory floor, runs ``runs + 1``
+   times back to back and the first run of the block is dropped. Systems are interleaved block
+   by block (the order rotates), so slow drifts of a shared machine hit all of them alike. The
+   median over all kept runs is reported.
+3. Memory floor: a jitted ``x + 1`` over a uint8 buffer of half the bytes the op must read and
+   write, on the same device, timed in the same blocks: it reads and writes those bytes once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass
+class System:
+  """One implementation of a case's work.
+
+  Attributes:
+    name: "jaxops", "onnxruntime", "torch", "jax.image", "flax", "numpy", ...
+    run: runs the work once, synchronised, and returns the output.
+    compile_s: JAX lower+compile time, or onnxruntime session build time; None where there is none.
+    note: a label written before any run: where the peer's semantics differ from the case's.
+    view: maps the output to the case's layout for the agreement check only (e.g. NHWC -> NCHW);
+      it is not timed.
+  """
+
+  name: str
+  run: Callable[[], Any]
+  compile_s: float | None = None
+  note: str = ""
+  view: Callable[[Any], Any] | None = None
+  agreement: str = ""
+  agrees: bool | None = None
+  median_s: float | None = None
+  samples: int = 0
+
+
+@dataclasses.dataclass
+class Case:
+  """One row of the results: the work, its byte count, and the systems that do it."""
+
+  group: str
+  name: str
+  pass_: str
+  device: str
+  input: str
+  bytes_moved: int
+  systems: list[System]
+  missing: list[tuple[str, str]]
+  floor: System
+  rtol: float
+  atol: float
+
+  @property
+  def label(self) -> str:
+    dev = "" if self.device == "cpu" else f" [{self.device}]"
+    return f"{self.group} {self.name} {self.pass_}{dev}"
+
+  def system(self, name: str) -> System | None:
+    return next((s for s in self.systems if s.name == name), None)
+
+  def best_peer(self, *, agreeing: bool = False) -> System | None:
+    """The fastest peer (that agrees with jaxops' output, if ``agreeing``), or None."""
+    peers = [s for s in self.systems if s.name != "jaxops" and s.median_s is not None
+             and (s.agrees or not agreeing)]
+    return min(peers, key=lambda s: s.median_s or np.inf) if peers else None
+
+
+class Builder:
+  """Collects the systems of one case; a system that cannot be built is listed as missing."""
+
+  def __init__(self, device: Any, x: np.ndarray):
+    self.device = device
+    self.input = f"{'x'.join(map(str, x.shape))} {x.dtype}"
+    self.systems: list[System] = []
+    self.missing: list[tuple[str, str]] = []
+
+  def add(self, name: str, factory: Callable[[], System | None], *, note: str = "") -> None:
+    """Build a system with ``factory()``; record why where it raises or returns None."""
+    try:
+      system = factory()
+    except Exception as e:  # noqa: BLE001 - a peer that cannot do the work is reported, not fatal
+      self.missing.append((name, _first_line(e)))
+      return
+    if system is None:
+      self.missing.append((name, note or "cannot do this work"))
+      return
+    system.name = name
+    if note and not system.note:
+      system.note = note
+    self.systems.append(system)
+
+  def skip(self, name: str, reason: str) -> None:
+    self.missing.append((name, reason))
+
+  def jax(self, fn: Callable[..., Any], *args: Any, note: str = "") -> System:
+    """A jitted JAX system on this builder's device; compile time measured separately."""
+    args = tuple(jax.device_put(a, self.device) for a in args)
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+
+    def run() -> Any:
+      return jax.block_until_ready(compiled(*args))
+
+    return System("", run, compile_s=compile_s, note=note)
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What every case builder needs: device ("cpu"/"gpu"), sizes, threads, a seeded RNG."""
+
+  device: str
+  tiny: bool
+  threads: int
+  seed: int = 0
+
+  def rng(self) -> np.random.Generator:
+    return np.random.default_rng(self.seed)
+
+  def jax_device(self) -> Any:
+    import jax
+    return jax.devices("cpu" if self.device == "cpu" else "gpu")[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """A case before it is built: ``build(ctx)`` returns its systems, bytes moved, output dtype."""
+
+  group: str
+  name: str
+  pass_: str
+  build: Callable[[Context], tuple[Builder, int, Any]]
+
+  @property
+  def label(self) -> str:
+    return f"{self.group} {self.name} {self.pass_}"
+
+
+def make_case(spec: Spec, ctx: Context) -> Case:
+  """Build the systems of ``spec`` on ``ctx``'s device, and the memory floor beside them."""
+  b, nbytes, dtype = spec.build(ctx)
+  rtol, atol = tolerance(dtype)
+  return Case(spec.group, spec.name, spec.pass_, ctx.device, b.input, nbytes, b.systems, b.missing,
+              floor_system(nbytes, ctx.jax_device()), rtol, atol)
+
+
+def _first_line(e: BaseException) -> str:
+  text = f"{type(e).__name__}: {e}".strip().splitlines()[0]
+  return text if len(text) <= 120 else text[:117] + "..."
+
+
+_FLOORS: dict[tuple[int, str], Any] = {}
+
+
+def floor_system(nbytes: int, device: Any) -> System:
+  """``x + 1`` over ``nbytes // 2`` uint8: reads and writes ``nbytes`` in all, on ``device``.
+
+  The compiled executable is kept per (size, device), so cases of equal size share one.
+  """
+  x = jax.device_put(np.zeros(max(nbytes // 2, 1), np.uint8), device)
+  key = (x.size, str(device))
+  if key not in _FLOORS:
+    _FLOORS[key] = jax.jit(lambda a: a + jnp.uint8(1)).lower(x).compile()
+  compiled = _FLOORS[key]
+
+  def run() -> Any:
+    return jax.block_until_ready(compiled(x))
+
+  return System("copy floor", run)
+
+
+def to_f64(out: Any) -> np.ndarray:
+  """Any system's output (jax, torch, numpy, ml_dtypes) as a float64 NumPy array on the host."""
+  if hasattr(out, "detach"):  # torch
+    import torch
+    out = out.detach().to("cpu")
+    return (out.to(torch.float64) if out.dtype.is_floating_point else out).numpy().astype(
+        np.float64)
+  return np.asarray(out).astype(np.float64)
+
+
+def compare(ref: Any, out: Any, rtol: float, atol: float) -> tuple[bool, str]:
+  """(agrees, text): NaNs must sit at the same places; elsewhere |a-b| <= atol + rtol*max|ref|."""
+  a, b = to_f64(ref), to_f64(out)
+  if a.shape != b.shape:
+    return False, f"shape {b.shape} vs {a.shape}"
+  nan_a, nan_b = np.isnan(a), np.isnan(b)
+  if (nan_a != nan_b).any():
+    return False, f"NaN differs at {int((nan_a != nan_b).sum())} places"
+  with np.errstate(invalid="ignore"):
+    d = np.where((a == b) | nan_a, 0.0, np.abs(a - b))
+  finite = np.abs(a[np.isfinite(a)])
+  scale = float(finite.max()) if finite.size else 0.0
+  maxd = float(d.max()) if d.size else 0.0
+  ok = maxd <= atol + rtol * scale
+  return ok, ("agrees" if ok else "DIFFERS") + f" (max|d| {maxd:.2g})"
+
+
+def check(case: Case) -> None:
+  """Warm every system up once and label its agreement with jaxops (or the first system)."""
+  outs = {s.name: (s.view or _identity)(s.run()) for s in case.systems}
+  case.floor.run()
+  if not outs:
+    return
+  ref_name = "jaxops" if "jaxops" in outs else case.systems[0].name
+  for s in case.systems:
+    if s.name == ref_name:
+      s.agrees, s.agreement = True, "reference"
+      continue
+    s.agrees, s.agreement = compare(outs[ref_name], outs[s.name], case.rtol, case.atol)
+    if ref_name != "jaxops":
+      s.agreement += f" vs {ref_name}"
+
+
+def grad_of_sum_of_squares(f: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Array], Any]:
+  """``x -> jax.grad(sum(f(x) ** 2))(x)``: the backward rows' work (forward included)."""
+  return jax.grad(lambda x: jnp.sum(jnp.square(f(x))))
+
+
+def _identity(x: Any) -> Any:
+  return x
+
+
+def measure(case: Case, reps: int, runs: int) -> None:
+  """Interleaved blocks: ``reps`` blocks, ``runs + 1`` runs per system per block, first dropped."""
+  systems: Sequence[System] = [*case.systems, case.floor]
+  samples: dict[int, list[float]] = {id(s): [] for s in systems}
+  for block in range(reps):
+    k = block % len(systems)
+    for s in [*systems[k:], *systems[:k]]:
+      for i in range(runs + 1):
+        t0 = time.perf_counter()
+        s.run()
+        dt = time.perf_counter() - t0
+        if i:
+          samples[id(s)].append(dt)
+  for s in systems:
+    s.median_s = float(np.median(samples[id(s)]))
+    s.samples = len(samples[id(s)])
+
+
+TOLERANCES: dict[str, tuple[float, float]] = {
+    # output dtype -> (rtol relative to max|ref|, atol)
+    "float64": (1e-9, 0.0),
+    "float32": (1e-4, 1e-6),
+    "float16": (2e-3, 0.0),
+    "bfloat16": (1.6e-2, 0.0),
+    "uint8": (0.0, 1.0),
+    "int8": (0.0, 1.0),
+}
+
+
+def tolerance(dtype: Any) -> tuple[float, float]:
+  """(rtol, atol) for comparing outputs of ``dtype``: exact for types not in TOLERANCES."""
+  return TOLERANCES.get(np.dtype(dtype).name, (0.0, 0.0))

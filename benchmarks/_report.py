@@ -1,0 +1,255 @@
+"""Results: plain records, the stdout tables, RESULTS.md, the ratio chart and the JSON dump."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._harness import Case
+
+PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "onnx", "onnxruntime", "torch", "flax",
+            "matplotlib")
+
+
+def result(case: Case) -> dict[str, Any]:
+  """A measured case as a plain record (the arrays the systems hold can then be freed)."""
+  systems = [{"name": s.name, "median_s": s.median_s, "compile_s": s.compile_s,
+              "agrees": s.agrees, "agreement": s.agreement, "note": s.note,
+              "samples": s.samples} for s in case.systems]
+  jaxops = case.system("jaxops")
+  best = case.best_peer()
+  same = case.best_peer(agreeing=True) if jaxops else None
+  t = jaxops.median_s if jaxops else None
+  floor = case.floor.median_s
+  return {
+      "group": case.group, "name": case.name, "pass": case.pass_, "device": case.device,
+      "label": case.label, "input": case.input, "bytes_moved": case.bytes_moved, "floor_s": floor,
+      "systems": systems, "missing": [{"name": n, "reason": r} for n, r in case.missing],
+      "jaxops_s": t, "jaxops_compile_s": jaxops.compile_s if jaxops else None,
+      "best_peer": best.name if best else None,
+      "best_peer_s": best.median_s if best else None,
+      "best_peer_agrees": bool(best.agrees) if best else None,
+      "ratio_best_peer": t / best.median_s if t and best and best.median_s else None,
+      "best_agreeing_peer": same.name if same else None,
+      "ratio_best_agreeing_peer": t / same.median_s if t and same and same.median_s else None,
+      "ratio_floor": t / floor if t and floor else None,
+      "jaxops_gbps": case.bytes_moved / t / 1e9 if t else None,
+      "copy_gbps": case.bytes_moved / floor / 1e9 if floor else None,
+  }
+
+
+def _ms(s: float | None) -> str:
+  return "—" if s is None else f"{s * 1e3:.3g}"
+
+
+def _x(r: float | None) -> str:
+  return "—" if r is None else f"{r:.2f}"
+
+
+def _gb(r: float | None) -> str:
+  return "—" if r is None else f"{r:.3g}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+  lines += ["| " + " | ".join(r) + " |" for r in rows]
+  return "\n".join(lines)
+
+
+def summary_table(results: Sequence[dict[str, Any]]) -> str:
+  """One row per case: jaxops, the best peer, the ratio, the memory floor, bandwidths."""
+  rows = []
+  for r in results:
+    best = "—"
+    if r["best_peer"]:
+      best = f"{r['best_peer']} {_ms(r['best_peer_s'])}"
+      if not r["best_peer_agrees"]:
+        best += " (differs)"
+    same = "—"
+    if r["best_agreeing_peer"]:
+      same = f"{_x(r['ratio_best_agreeing_peer'])} ({r['best_agreeing_peer']})"
+    rows.append([r["label"], r["input"], _ms(r["jaxops_s"]), best, _x(r["ratio_best_peer"]),
+                 same, _ms(r["floor_s"]), _x(r["ratio_floor"]), _gb(r["jaxops_gbps"]),
+                 _gb(r["copy_gbps"]), _ms(r["jaxops_compile_s"])])
+  return _table(["case", "input", "jaxops ms", "best peer ms", "jaxops / best peer",
+                 "jaxops / best agreeing peer", "copy floor ms",
+                 "jaxops / floor", "jaxops GB/s", "copy GB/s", "jaxops compile ms"], rows)
+
+
+def detail_table(results: Sequence[dict[str, Any]]) -> str:
+  """Every system of every case: median, compile/setup time, agreement with jaxops, label."""
+  rows = []
+  for r in results:
+    t = r["jaxops_s"]
+    for s in r["systems"]:
+      vs = _x(s["median_s"] / t) if t and s["median_s"] else "—"
+      rows.append([r["label"], s["name"], _ms(s["median_s"]), _ms(s["compile_s"]), vs,
+                   s["agreement"], s["note"]])
+    for m in r["missing"]:
+      rows.append([r["label"], m["name"], "—", "—", "—", "not run", m["reason"]])
+  return _table(["case", "system", "median ms", "compile/setup ms", "time / jaxops",
+                 "agreement", "label"], rows)
+
+
+def case_text(r: dict[str, Any]) -> str:
+  """The lines printed on stdout as soon as a case is measured."""
+  lines = [f"== {r['label']}  ({r['input']}; copy floor {_ms(r['floor_s'])} ms, {r['bytes_moved'] / 1e6:.3g} MB)"]
+  for s in r["systems"]:
+    extra = f"  [{s['note']}]" if s["note"] else ""
+    comp = f"  compile/setup {_ms(s['compile_s'])} ms" if s["compile_s"] is not None else ""
+    lines.append(f"   {s['name']:<12} {_ms(s['median_s']):>9} ms{comp}  {s['agreement']}{extra}")
+  for m in r["missing"]:
+    lines.append(f"   {m['name']:<12} {'—':>9}     not run: {m['reason']}")
+  return "\n".join(lines)
+
+
+def _git_commit() -> str:
+  try:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).parent, timeout=10, check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, cwd=Path(__file__).parent, timeout=10,
+                           check=False)
+    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+  except OSError:
+    return "unknown"
+
+
+def _cpu_model() -> str:
+  try:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+def machine(threads: int, argv: Sequence[str], gpu: str | None) -> dict[str, Any]:
+  """Where and how the run happened: machine, versions, threads, date, command."""
+  versions = {}
+  for p in PACKAGES:
+    try:
+      versions[p] = importlib.metadata.version(p)
+    except importlib.metadata.PackageNotFoundError:
+      versions[p] = "not installed"
+  import jaxops
+  versions["jaxops"] = f"{jaxops.__version__} @ {_git_commit()}"
+  affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+  return {
+      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+      "command": "python -m benchmarks.run " + " ".join(argv),
+      "platform": platform.platform(), "cpu": _cpu_model(), "logical_cpus": os.cpu_count(),
+      "cpus_used": affinity, "threads": threads, "python": sys.version.split()[0],
+      "versions": versions, "gpu": gpu,
+      "load": " / ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "?",
+  }
+
+
+def chart(results: Sequence[dict[str, Any]], path: Path) -> None:
+  """Horizontal bars of jaxops time / best peer time, log scale; < 1 means jaxops is faster."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  rows = [r for r in results if r["ratio_best_peer"]]
+  fig, ax = plt.subplots(figsize=(9, 0.32 * max(len(rows), 1) + 1.6))
+  colors = {"Resize": "tab:blue", "AveragePool": "tab:orange", "GlobalAveragePool": "tab:green",
+            "Cast": "tab:purple"}
+  labels = [f"{r['label']} (vs {r['best_peer']}{'' if r['best_peer_agrees'] else ', differs'})"
+            for r in rows]
+  bars = ax.barh(range(len(rows)), [r["ratio_best_peer"] for r in rows],
+                 color=[colors.get(r["group"], "tab:gray") for r in rows])
+  ax.set_yticks(range(len(rows)), labels, fontsize=7)
+  ax.invert_yaxis()
+  ax.set_xscale("log")
+  ax.axvline(1.0, color="black", linewidth=0.8)
+  ax.set_xlabel("jaxops time / best peer time (log; < 1: jaxops faster)")
+  ax.bar_label(bars, labels=[f"{r['ratio_best_peer']:.2f}" for r in rows], fontsize=7, padding=2)
+  ax.set_title("jaxops against the fastest peer")
+  if not rows:
+    ax.text(0.5, 0.5, "no case had both jaxops and a peer", ha="center", transform=ax.transAxes)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+METHOD = """\
+Each case is built once (JAX: lowered and compiled, reported as compile time; onnxruntime: one
+session, CPU execution provider, intra-op threads = --threads, spinning off, IO binding), run once
+to warm up and to check every peer's output against jaxops' (the tolerance depends on the output
+dtype; a peer whose semantics differ keeps its row, labelled). Then {reps} blocks: in each block
+every system, and the copy floor, runs {runs} + 1 times back to back and the first run is dropped;
+systems are interleaved block by block (rotating order). Medians are reported. JAX results are
+synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`. Backward rows
+time the gradient of sum(op(x) ** 2) with respect to x, forward included: `jax.grad` under jit
+for jaxops, jax.image and flax; `torch.autograd.grad` of the same loss for torch.
+The copy floor is a jitted `x + 1` over a uint8 buffer of half the bytes the op must read and
+write (forward: input + output; backward: input + gradient), on the same device and in the same blocks:
+the time to move those bytes once. GB/s columns are those bytes over the median time.
+The process is pinned to --threads CPUs (sched_setaffinity), which sizes XLA's CPU thread pool;
+torch uses torch.set_num_threads(--threads)."""
+
+
+def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]], reps: int, runs: int,
+             gpu_reason: str) -> str:
+  """The whole of RESULTS.md."""
+  v = meta["versions"]
+  parts = [
+      "# jaxops benchmarks",
+      "",
+      f"Written by `{meta['command']}` on {meta['date']}. Do not edit by hand: run the command "
+      "(or `make bench`) again.",
+      "",
+      "## Machine",
+      "",
+      f"- {meta['cpu']}, {meta['logical_cpus']} logical CPUs, {meta['cpus_used']} used; "
+      f"{meta['platform']}; Python {meta['python']}",
+      f"- load average (1/5/15 min) at the end of the run: {meta['load']} (a busy machine "
+      "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
+      f"- threads: {meta['threads']} (XLA CPU pool via CPU affinity, torch, onnxruntime intra-op)",
+      "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),
+      f"- GPU: {meta['gpu'] or 'none'}",
+      "",
+      "## Method",
+      "",
+      METHOD.format(reps=reps, runs=runs),
+  ]
+  for dev, title in (("cpu", "CPU"), ("gpu", "GPU")):
+    rows = [r for r in results if r["device"] == dev]
+    parts += ["", f"## {title}", ""]
+    if not rows:
+      parts.append(gpu_reason if dev == "gpu" else "No CPU case was run (see --only).")
+      continue
+    parts += [
+        "Ratios are jaxops time / peer time (< 1: jaxops faster). \"best peer\" is the fastest "
+        "peer that ran, marked \"(differs)\" where its output is not jaxops' (see the labels "
+        "below); \"best agreeing peer\" is the fastest whose output agrees with jaxops'.",
+        "",
+        summary_table(rows),
+        "",
+        f"### {title}: every system",
+        "",
+        detail_table(rows),
+    ]
+  parts += ["", "## Chart", "", "![jaxops / best peer](ratios.png)", ""]
+  return "\n".join(parts)
+
+
+def write(meta: dict[str, Any], results: Sequence[dict[str, Any]], out_dir: Path, reps: int,
+          runs: int, gpu_reason: str, json_path: Path | None) -> None:
+  """RESULTS.md and ratios.png into ``out_dir``; the raw records to ``json_path`` if given."""
+  out_dir.mkdir(parents=True, exist_ok=True)
+  chart(results, out_dir / "ratios.png")
+  (out_dir / "RESULTS.md").write_text(markdown(meta, results, reps, runs, gpu_reason))
+  if json_path is not None:
+    json_path.write_text(json.dumps({"machine": meta, "reps": reps, "runs": runs,
+                                     "results": list(results)}, indent=1))

@@ -1,0 +1,545 @@
+"""cast() and cast_like(): ONNX Cast / CastLike, every element type a JAX array can hold.
+
+The rules are those of the newest Cast (opset 24+); the one older behaviour that no attribute
+expresses (Cast-19..23 send +-Inf to NaN for the FNUZ float8 types under ``saturate``) is the
+private keyword ``_fnuz_inf_to_nan``, set by ``jaxops/onnx/_registry.py``.
+
+XLA's conversion equals the ONNX rule for most pairs; where it does not, the rule is written out:
+
+* float -> float8 with ``saturate``: clamp to +-max before rounding (NaN stays NaN).
+* float -> float8e8m0: computed from the exponent and mantissa bits (``round_mode``, saturation).
+* float -> float4e2m1: clamp to +-6; NaN gives +0 (as ONNX's node cases and ml_dtypes do).
+* float64 -> float32/float16/bfloat16/float8: XLA on CPU rounds float64 through float32 (double
+  rounding) and flushes float32 subnormals to zero; here float64 is first rounded to float32 with
+  round-to-odd, which makes the second rounding exact, and float32 subnormals are built from bits.
+* any -> int4/uint4/int2/uint2: wrap around (floats are rounded half to even first).
+* STRING: on the host with NumPy, outside jit (JAX arrays cannot hold strings).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxops import _checks, _dtypes
+
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_BF16 = np.dtype(jnp.bfloat16)
+_E8M0 = np.dtype(jnp.float8_e8m0fnu)
+_F4 = np.dtype(jnp.float4_e2m1fn)
+_FLOAT8 = frozenset(np.dtype(t) for t in (jnp.float8_e4m3fn, jnp.float8_e4m3fnuz,
+                                          jnp.float8_e5m2, jnp.float8_e5m2fnuz))
+_FNUZ = frozenset(np.dtype(t) for t in (jnp.float8_e4m3fnuz, jnp.float8_e5m2fnuz))
+_WIDE_FLOATS = frozenset((_F16, _F32, _F64, _BF16))
+# Narrow integer types: (bits, signed).
+_NARROW_INT = {np.dtype(jnp.int4): (4, True), np.dtype(jnp.uint4): (4, False),
+               np.dtype(jnp.int2): (2, True), np.dtype(jnp.uint2): (2, False)}
+
+
+class RoundMode(_checks.StrEnum):
+  """Rounding of casts to float8e8m0 (``round_mode`` of Cast-24+)."""
+
+  UP = "up"
+  DOWN = "down"
+  NEAREST = "nearest"
+
+
+def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True, round_mode: str = "up",
+         _fnuz_inf_to_nan: bool = False) -> jax.Array | np.ndarray:
+  """Casts ``x`` to the element type ``to`` by the rules of ONNX Cast (opset 24 and later).
+
+  Numeric rules (ONNX's Cast text): float -> float rounds to nearest even, +-Inf when out of
+  range; float -> integer truncates toward zero (out of range is undefined in ONNX; XLA
+  saturates); float -> int4/uint4/int2/uint2 rounds half to even, then keeps the low bits
+  (ONNX's Int4/Int2 notes); integer -> integer keeps the low bits (200 int16 -> -56 int8, 8
+  -> -8 int4); integer -> float rounds, +-Inf when out of range; anything -> bool is ``x != 0``
+  (NaN gives True); bool -> number is 1 or 0.
+
+  Float8 targets (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ) follow ONNX's saturation tables: with
+  ``saturate`` values beyond the largest finite value, and +-Inf, become +-max; without it they
+  become NaN (Inf for E5M2). FNUZ types have no -0 (it becomes +0). float8e8m0 (powers of two
+  2**-127 .. 2**127, no sign, no zero) rounds the exponent by ``round_mode``; x > 2**127 (and
+  +Inf) becomes 2**127 with ``saturate``, NaN without; x < 2**-127 (and 0, and negative x,
+  which ONNX leaves unspecified) becomes 2**-127 with ``saturate``, NaN without.
+  float4e2m1 saturates to +-6 and sends NaN to +0. The float6 types (Cast-28) exist in
+  ml_dtypes but the installed XLA cannot convert them: they raise a TypeError.
+
+  STRING (``to="STRING"``, or a NumPy array of str/object): runs on the host with NumPy, outside
+  ``jax.jit``; JAX arrays cannot hold strings, so a traced ``x`` raises a TypeError. Numbers
+  print in the shortest text that reads back to the same value (fewest digits, then the
+  shorter notation: "0.1", "100", "1e+20"), NaN and +-Inf as "NaN", "INF", "-INF", bools as
+  "1"/"0". Strings parse as decimal or scientific numbers; "INF", "+INF", "-INF", "NaN" in any
+  case are the special values; a string that is no number raises a ValueError.
+
+  Gradients: a float -> float cast is differentiable; its tangent is the input tangent cast to
+  the output type (XLA's conversion, no saturation: a straight-through estimator), so the
+  gradient is the cotangent cast back to the input type. Casts to integer or bool types have
+  zero gradient (JAX's float0 tangents), and integer or bool inputs have none (``jax.grad``
+  rejects them).
+
+  Args:
+    x: the array to cast: any dtype in jaxops' ONNX type table, or a NumPy str/object array.
+    to: the target type: an ONNX TensorProto enum value (``1``), its name (``"FLOAT"``,
+      ``"FLOAT8E4M3FN"``, ``"STRING"``) or a NumPy/JAX dtype (``jnp.bfloat16``).
+    saturate: clamp out-of-range values to the largest finite value for float8 targets
+      (including float8e8m0) instead of NaN/Inf. Ignored for other targets.
+    round_mode: rounding of float8e8m0 targets: ``"up"`` (away from zero), ``"down"``
+      (toward zero) or ``"nearest"`` (ties up). Ignored for other targets.
+
+  Returns:
+    A ``jax.Array`` of the target dtype and the shape of ``x``; a NumPy object array of Python
+    ``str`` when ``to`` is STRING.
+
+  Raises:
+    TypeError: ``to`` or ``x``'s dtype has no ONNX element type, is complex, or is a float6
+      type (no XLA support); a STRING cast under ``jax.jit``; ``saturate`` not a bool.
+    ValueError: an unknown ``to`` or ``round_mode``; a string that is not a number.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops
+    >>> jaxops.cast(jnp.array([1.5, 70000.0]), "FLOAT16")
+    Array([1.5, inf], dtype=float16)
+    >>> jaxops.cast(jnp.array([500.0, -jnp.inf]), jnp.float8_e4m3fn).astype(jnp.float32)
+    Array([ 448., -448.], dtype=float32)
+    >>> jaxops.cast(jnp.array([200], jnp.int16), "INT8")
+    Array([-56], dtype=int8)
+    >>> jaxops.cast(jnp.array([0.1, 100.0]), "STRING")
+    array(['0.1', '100'], dtype=object)
+  """
+  op = "jaxops.cast"
+  target = _dtypes.elem_type(op, "to", to)
+  return _cast(op, x, target, saturate, round_mode, _fnuz_inf_to_nan)
+
+
+def cast_like(x: jax.typing.ArrayLike, like: Any, *, saturate: bool = True,
+              round_mode: str = "up", _fnuz_inf_to_nan: bool = False) -> jax.Array | np.ndarray:
+  """Casts ``x`` to the element type of ``like`` (ONNX CastLike); only ``like``'s dtype is used.
+
+  The rules, STRING handling and gradients are those of :func:`jaxops.cast`.
+
+  Args:
+    x: the array to cast.
+    like: an array (or NumPy str/object array for STRING) whose dtype is the target type. It
+      may be traced: only its dtype is read.
+    saturate: as in :func:`jaxops.cast` (float8 targets only).
+    round_mode: as in :func:`jaxops.cast` (float8e8m0 targets only).
+
+  Returns:
+    ``x`` cast to ``like``'s dtype, shaped like ``x``.
+
+  Raises:
+    TypeError: ``like``'s dtype has no ONNX element type, or as :func:`jaxops.cast`.
+    ValueError: as :func:`jaxops.cast`.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops
+    >>> jaxops.cast_like(jnp.array([1.7, -2.7]), jnp.zeros(3, jnp.int32))
+    Array([ 1, -2], dtype=int32)
+  """
+  op = "jaxops.cast_like"
+  dtype = getattr(like, "dtype", None)
+  if dtype is None:
+    like = np.asarray(like)
+    dtype = like.dtype
+  try:
+    target = _dtypes.of_dtype(dtype)
+  except ValueError:
+    target = None
+  if target is None or np.dtype(dtype).kind == "c":
+    raise _checks.type_error(op, "like", like, "an array whose dtype is an ONNX element type "
+                             "(not complex)")
+  return _cast(op, x, target, saturate, round_mode, _fnuz_inf_to_nan)
+
+
+# --- dispatch -----------------------------------------------------------------------------------
+
+
+def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: Any,
+          fnuz_inf_to_nan: bool) -> jax.Array | np.ndarray:
+  saturate = _flag(op, "saturate", saturate)
+  mode = RoundMode.from_string(op, "round_mode", round_mode)
+  if target.name in ("COMPLEX64", "COMPLEX128") or target.dtype is None:
+    raise _checks.type_error(op, "to", target.name, "a real ONNX element type (Cast has no "
+                             "complex types)")
+  source_is_string = _is_string_array(x)
+  if target.name == "STRING" or source_is_string:
+    return _host_cast(op, x, target, source_is_string, saturate, mode, fnuz_inf_to_nan)
+  if hasattr(x, "dtype"):
+    _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
+  x = jnp.asarray(x)
+  _check_dtype(op, "x", x.dtype)
+  _check_dtype(op, "to", target.dtype)
+  return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
+
+
+def _flag(op: str, arg: str, value: Any) -> bool:
+  if _checks.is_traced(value):
+    raise _checks.type_error(op, arg, value, "a Python bool (it selects the conversion rule, so "
+                             "it must be concrete under jax.jit)")
+  if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
+                                             and int(value) in (0, 1)):
+    return bool(value)
+  raise _checks.type_error(op, arg, value, "a bool (or the ONNX integers 0/1)")
+
+
+def _is_string_array(x: Any) -> bool:
+  if isinstance(x, (str, bytes)):
+    return True
+  if isinstance(x, np.ndarray):
+    return x.dtype.kind in ("U", "S", "O")
+  if isinstance(x, (list, tuple)) and not isinstance(x, jax.Array):
+    return np.asarray(x).dtype.kind in ("U", "S", "O")
+  return False
+
+
+@functools.cache
+def _xla_holds(dtype: np.dtype) -> bool:
+  """Whether the installed XLA can hold and convert ``dtype`` (the float6 types: not yet)."""
+  try:
+    with jax.ensure_compile_time_eval():
+      lax.convert_element_type(jnp.zeros((1,), jnp.float32), dtype).block_until_ready()
+  except Exception:  # noqa: BLE001 - any failure means unsupported
+    return False
+  return True
+
+
+def _check_dtype(op: str, arg: str, dtype: Any) -> None:
+  dtype = np.dtype(dtype)
+  try:
+    elem = _dtypes.of_dtype(dtype)
+  except ValueError:
+    raise TypeError(f"{op}: argument `{arg}` has dtype {dtype}, which has no ONNX element "
+                    f"type") from None
+  if dtype.kind == "c":
+    raise TypeError(f"{op}: argument `{arg}` has complex dtype {dtype}; ONNX Cast has no "
+                    f"complex types")
+  if not _xla_holds(dtype):
+    raise TypeError(f"{op}: argument `{arg}`: {elem.name} ({dtype}) is an ONNX type that the "
+                    f"installed JAX/XLA cannot convert (jax {jax.__version__}); cast through "
+                    f"float32 with NumPy/ml_dtypes on the host instead")
+
+
+def _wide_float() -> np.dtype:
+  """float64 when 64-bit types are on (jax_enable_x64), else float32."""
+  return np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+
+
+def _wide_int() -> np.dtype:
+  return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+
+
+def _is_float(dtype: np.dtype) -> bool:
+  return bool(jnp.issubdtype(dtype, jnp.floating))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _convert_jit(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
+                 fnuz_inf_to_nan: bool) -> jax.Array:
+  """One compiled computation per (dtype, shape, options): eager calls dispatch once."""
+  return _convert(x, dst, saturate, mode, fnuz_inf_to_nan)
+
+
+def _convert(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
+             fnuz_inf_to_nan: bool) -> jax.Array:
+  src = np.dtype(x.dtype)
+  if src == dst:
+    return x
+  if dst == np.dtype(bool):
+    if src not in _WIDE_FLOATS and _is_float(src):
+      x = lax.convert_element_type(x, _F32)
+    elif src in _NARROW_INT:
+      x = lax.convert_element_type(x, np.int32)
+    return x != 0
+  if src == np.dtype(bool):
+    x, src = lax.convert_element_type(x, np.int32), np.dtype(np.int32)
+  if not _is_float(src):
+    if not _is_float(dst):
+      return _int_to_int(x, dst)
+    x = lax.convert_element_type(x, _wide_float())  # exact below 2**53 (2**24 without x64)
+    return _float_to_float(x, dst, saturate, mode, fnuz_inf_to_nan)
+  if not _is_float(dst):
+    return _float_to_int(x, dst)
+  return _float_cast(x, dst.name, saturate, mode.value, fnuz_inf_to_nan)
+
+
+def _int_to_int(x: jax.Array, dst: np.dtype) -> jax.Array:
+  """Keeps the low bits of ``x`` (two's complement), as ONNX's fixed-point rule says."""
+  if dst not in _NARROW_INT:
+    return lax.convert_element_type(x, dst)  # XLA integer conversion is modular
+  bits, signed = _NARROW_INT[dst]
+  wide = np.dtype(np.int64) if np.dtype(x.dtype).itemsize == 8 else np.dtype(np.int32)
+  v = lax.convert_element_type(x, wide) & wide.type((1 << bits) - 1)
+  if signed:
+    v = v - ((v >> (bits - 1)) << bits)
+  return lax.convert_element_type(v, dst)
+
+
+def _float_to_int(x: jax.Array, dst: np.dtype) -> jax.Array:
+  if np.dtype(x.dtype) not in _WIDE_FLOATS:
+    x = lax.convert_element_type(x, _F32)
+  if dst in _NARROW_INT:  # ONNX's Int4/Int2 notes: round half to even, then keep the low bits
+    return _int_to_int(lax.convert_element_type(jnp.round(x), _wide_int()), dst)
+  return lax.convert_element_type(x, dst)
+
+
+# --- float -> float -----------------------------------------------------------------------------
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3, 4))
+def _float_cast(x: jax.Array, dst_name: str, saturate: bool, mode: str,
+                fnuz_inf_to_nan: bool) -> jax.Array:
+  return _float_to_float(x, np.dtype(dst_name), saturate, RoundMode(mode), fnuz_inf_to_nan)
+
+
+@_float_cast.defjvp
+def _float_cast_jvp(dst_name: str, saturate: bool, mode: str, fnuz_inf_to_nan: bool,
+                    primals: tuple[jax.Array], tangents: tuple[jax.Array]
+                    ) -> tuple[jax.Array, jax.Array]:
+  (x,), (t,) = primals, tangents
+  y = _float_cast(x, dst_name, saturate, mode, fnuz_inf_to_nan)
+  return y, lax.convert_element_type(t, np.dtype(dst_name))
+
+
+def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
+                    fnuz_inf_to_nan: bool) -> jax.Array:
+  src = np.dtype(x.dtype)
+  if dst == _F64:
+    return _to_f64(x)
+  if src not in _WIDE_FLOATS:
+    x, src = lax.convert_element_type(x, _F32), _F32  # narrow floats are exact in float32
+    if dst == _F32:
+      return x
+  if dst == _E8M0:
+    return _to_e8m0(x, saturate, mode)
+  if dst in _FLOAT8:
+    fmax = float(jnp.finfo(dst).max)
+    if saturate:
+      y = jnp.clip(x, -fmax, fmax)  # [x] > max -> max; NaN propagates
+      out = _round_from(y, dst)
+      if fnuz_inf_to_nan and dst in _FNUZ:
+        out = jnp.where(jnp.isinf(x), jnp.asarray(jnp.nan, dst), out)
+      return out
+    return _round_from(x, dst)
+  if dst == _F4:
+    y = jnp.clip(jnp.where(jnp.isnan(x), jnp.zeros((), src), x), -6.0, 6.0)
+    return _round_from(y, dst)
+  return _round_from(x, dst)
+
+
+# float32-range subnormals: (unsigned type, exponent-field shift, field mask, smallest subnormal
+# exponent). XLA on CPU flushes them to zero when it converts float32/bfloat16 to float64.
+_SUBNORMAL_LAYOUT: dict[np.dtype, tuple[Any, int, int, int]] = {
+    _F32: (np.uint32, 23, 0xFF, -149), _BF16: (np.uint16, 7, 0xFF, -133)}
+
+
+def _to_f64(x: jax.Array) -> jax.Array:
+  """Exact widening to float64, subnormals of float32/bfloat16 and 2**-127 of e8m0 included."""
+  src = np.dtype(x.dtype)
+  y = lax.convert_element_type(x, _F64)
+  if src == _E8M0:
+    byte = lax.bitcast_convert_type(x, np.uint8)
+    return jnp.where(byte == 0, 2.0 ** -127, y)
+  if src not in _SUBNORMAL_LAYOUT:
+    return y
+  utype, shift, mask, lowest = _SUBNORMAL_LAYOUT[src]
+  bits = lax.bitcast_convert_type(x, utype)
+  field = (bits >> utype(shift)) & utype(mask)
+  frac = lax.convert_element_type(bits & utype((1 << shift) - 1), _F64)
+  sign = jnp.where((bits >> utype(8 * np.dtype(utype).itemsize - 1)) != 0, -1.0, 1.0)
+  return jnp.where(field == 0, sign * frac * 2.0 ** lowest, y)
+
+
+def _round_from(x: jax.Array, dst: np.dtype) -> jax.Array:
+  """Round-to-nearest-even conversion of a float array to ``dst``, correct from float64 too."""
+  if np.dtype(x.dtype) != _F64 or dst == _F64:
+    return lax.convert_element_type(x, dst)
+  y = _f64_to_f32_odd(x) if dst != _F32 else lax.convert_element_type(x, _F32)
+  if dst in (_F32, _BF16):  # targets with float32's exponent range: rebuild subnormals
+    out = lax.convert_element_type(y, dst)
+    return jnp.where(jnp.abs(x) < 2.0 ** -126, _tiny_from_f64(x, dst), out)
+  return lax.convert_element_type(y, dst)
+
+
+def _f64_to_f32_odd(x: jax.Array) -> jax.Array:
+  """float64 -> float32 rounded to odd: a later rounding to <= 22 bits is then exact."""
+  y = lax.convert_element_type(x, _F32)
+  back = lax.convert_element_type(y, _F64)
+  bits = lax.bitcast_convert_type(y, np.uint32)
+  bits = jnp.where(jnp.abs(back) > jnp.abs(x), bits - np.uint32(1), bits)  # toward zero
+  y = lax.bitcast_convert_type(bits, _F32)
+  inexact = lax.convert_element_type(y, _F64) != x
+  return lax.bitcast_convert_type(jnp.where(inexact, bits | np.uint32(1), bits), _F32)
+
+
+def _tiny_from_f64(x: jax.Array, dst: np.dtype) -> jax.Array:
+  """|x| < 2**-126 from float64 to float32/bfloat16, subnormals included, built from bits."""
+  nmant = 23 if dst == _F32 else 7
+  lowest = -126 - nmant  # exponent of the smallest subnormal
+  m = jnp.round(jnp.abs(x) * 2.0 ** -lowest)  # half to even; <= 2**nmant (then min normal)
+  utype = np.uint32 if dst == _F32 else np.uint16
+  sign = jnp.where(jnp.signbit(x), utype(1 << (8 * np.dtype(utype).itemsize - 1)), utype(0))
+  bits = lax.convert_element_type(m, utype) | sign
+  return lax.bitcast_convert_type(bits, dst)
+
+
+def _to_e8m0(x: jax.Array, saturate: bool, mode: RoundMode) -> jax.Array:
+  """float -> float8e8m0 (2**-127 .. 2**127, NaN), from the exponent and mantissa bits.
+
+  Out of range is judged on x itself, as ONNX's table writes it ("x > E8M0_MAX", "x <
+  E8M0_MIN"), not on the rounded value; 0, -0 and negative x are below E8M0_MIN. Bits, not
+  float comparisons, decide, so float32 subnormals count even where the CPU flushes them.
+  """
+  utype: type[np.unsignedinteger[Any]]
+  itype: type[np.signedinteger[Any]]
+  if np.dtype(x.dtype) == _F64:
+    utype, itype, nmant, bias = np.uint64, np.int64, 52, 1023
+  else:
+    x = lax.convert_element_type(x, _F32)
+    utype, itype, nmant, bias = np.uint32, np.int32, 23, 127
+  width = 8 * np.dtype(utype).itemsize
+  raw = lax.bitcast_convert_type(x, utype)
+  negative = (raw >> utype(width - 1)) != 0
+  bits = raw & utype((1 << (width - 1)) - 1)  # |x|
+  field = lax.convert_element_type(bits >> utype(nmant), itype)
+  frac = bits & utype((1 << nmant) - 1)
+  normal = field > 0
+  special = field == (1 << (width - 1 - nmant)) - 1  # Inf or NaN
+  nan = special & (frac != 0)
+  # A subnormal input: the leading one of the fraction sets the exponent.
+  lead = (width - 1) - lax.convert_element_type(lax.clz(frac), itype)  # -1 when frac == 0
+  exponent = jnp.where(normal, field - bias, lead + (1 - bias - nmant))  # floor(log2|x|)
+  lead_bit = utype(1) << lax.convert_element_type(jnp.maximum(lead, 0), utype)
+  below = jnp.where(normal, frac, frac & ~lead_bit)  # the bits after the leading one
+  half_pos = jnp.where(normal, nmant - 1, lead - 1)
+  half_bit = (below >> lax.convert_element_type(jnp.maximum(half_pos, 0), utype)) & utype(1)
+  half_bit = jnp.where(half_pos >= 0, half_bit, utype(0))
+  if mode is RoundMode.UP:
+    inc = below != 0
+  elif mode is RoundMode.NEAREST:
+    inc = half_bit != 0  # ties (exactly 1.5 * 2**e) round up
+  else:
+    inc = jnp.zeros(x.shape, bool)
+  e = exponent + lax.convert_element_type(inc, itype)
+  zero = bits == 0
+  under = negative | zero | (exponent < -127)
+  over = (~negative) & (special | (exponent > 127) | ((exponent == 127) & (below != 0)))
+  byte = lax.convert_element_type(jnp.clip(e, -127, 127) + 127, np.uint8)
+  byte = jnp.where(over, np.uint8(254 if saturate else 255), byte)
+  byte = jnp.where(under, np.uint8(0 if saturate else 255), byte)
+  byte = jnp.where(nan, np.uint8(255), byte)
+  return lax.bitcast_convert_type(byte, _E8M0)
+
+
+# --- STRING, on the host ------------------------------------------------------------------------
+
+
+def _host_cast(op: str, x: Any, target: _dtypes.ElemType, source_is_string: bool,
+               saturate: bool, mode: RoundMode, fnuz_inf_to_nan: bool) -> Any:
+  if _checks.is_traced(x):
+    raise TypeError(
+        f"{op}: casting to STRING runs on the host with NumPy (a jax.Array cannot hold strings), "
+        f"so it cannot run under jax.jit/vmap/grad; got {_checks._show(x)}. Call it outside jit "
+        f"on a concrete array.")
+  a = np.asarray(x)
+  if target.name == "STRING":
+    if source_is_string:
+      return np.vectorize(_as_str, otypes=[object])(a) if a.size else a.astype(object)
+    _check_dtype(op, "x", a.dtype)
+    out = np.empty(a.shape, dtype=object)
+    for i, v in np.ndenumerate(a):
+      out[i] = _format(v, a.dtype)
+    return out
+  dst = np.dtype(target.dtype)
+  _check_dtype(op, "to", dst)
+  texts = [_as_str(s) for s in a.reshape(-1)]
+  if dst == np.dtype(bool):
+    vals = np.array([_parse_float(op, s) != 0 for s in texts], dtype=bool)
+    return jnp.asarray(vals.reshape(a.shape))
+  if not _is_float(dst):
+    ints = [_wrap(_parse_int(op, s), dst) for s in texts]
+    return jnp.asarray(np.array(ints, dtype=dst).reshape(a.shape))
+  floats = np.array([_parse_float(op, s) for s in texts], dtype=np.float64).reshape(a.shape)
+  return _convert_jit(jnp.asarray(floats), dst, saturate, mode, fnuz_inf_to_nan)
+
+
+def _as_str(s: Any) -> str:
+  return s.decode() if isinstance(s, bytes) else str(s)
+
+
+def _format(v: Any, dtype: np.dtype) -> str:
+  """Shortest text that reads back to the same value of ``dtype``; ONNX's INF/NaN literals.
+
+  Fewest significant digits first (the round trip is checked in ``dtype``), then the shorter of
+  positional and scientific notation (positional on a tie).
+  """
+  if dtype == np.dtype(bool):
+    return "1" if v else "0"
+  if not _is_float(dtype):
+    return str(int(v))
+  f = float(v)
+  if math.isnan(f):
+    return "NaN"
+  if math.isinf(f):
+    return "INF" if f > 0 else "-INF"
+  digits, text = 17, f"{f:.16e}"
+  for p in range(1, 18):
+    candidate = f"{f:.{p - 1}e}"
+    if np.array(float(candidate)).astype(dtype) == v:
+      digits, text = p, candidate
+      break
+  mantissa, exp_text = text.split("e")
+  exponent = int(exp_text)
+  sign = "-" if mantissa.startswith("-") else ""
+  d = mantissa.lstrip("-").replace(".", "")
+  d = d.rstrip("0") or "0"
+  scientific = f"{sign}{d[0]}{'.' + d[1:] if len(d) > 1 else ''}e{exponent:+03d}"
+  if exponent >= len(d) - 1:
+    positional = sign + d + "0" * (exponent - len(d) + 1)
+  elif exponent >= 0:
+    positional = sign + d[:exponent + 1] + "." + d[exponent + 1:]
+  else:
+    positional = sign + "0." + "0" * (-exponent - 1) + d
+  return positional if len(positional) <= len(scientific) else scientific
+
+
+def _parse_float(op: str, s: str) -> float:
+  text = s.strip()
+  if text.lower() in ("true", "false"):
+    return 1.0 if text.lower() == "true" else 0.0
+  try:
+    return float(text)  # decimal, scientific, and [+-]inf/infinity/nan in any case
+  except ValueError:
+    raise ValueError(f"{op}: argument `x`: the string {s!r} is not a number (ONNX reads "
+                     f"decimal or scientific numbers and INF, +INF, -INF, NaN)") from None
+
+
+def _parse_int(op: str, s: str) -> int:
+  text = s.strip()
+  try:
+    return int(text)
+  except ValueError:
+    pass
+  f = _parse_float(op, s)
+  if not math.isfinite(f):
+    raise ValueError(f"{op}: argument `x`: the string {s!r} is {f} and has no integer value")
+  return math.trunc(f)
+
+
+def _wrap(v: int, dst: np.dtype) -> int:
+  """``v`` reduced to ``dst``'s bits (two's complement), as for integer -> integer casts."""
+  if dst in _NARROW_INT:
+    bits, signed = _NARROW_INT[dst]
+  else:
+    bits, signed = 8 * dst.itemsize, dst.kind == "i"
+  v &= (1 << bits) - 1
+  if signed and v >> (bits - 1):
+    v -= 1 << bits
+  return v

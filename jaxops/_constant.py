@@ -1,0 +1,78 @@
+"""constant_of_shape(): ONNX ConstantOfShape."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxops import _checks, _dtypes
+
+_OP = "jaxops.constant_of_shape"
+
+
+def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> jax.Array:
+  """A tensor of shape ``shape`` filled with ``value`` (ONNX ConstantOfShape, opset 9-25).
+
+  ``shape`` decides the output shape, so it must be concrete (a Python or NumPy value) under
+  ``jax.jit``; ``value`` may be traced (the result is differentiable with respect to it).
+
+  Args:
+    shape: the output shape: a list, tuple or 1-D NumPy integer array of dims >= 0. An empty
+      shape gives a scalar; a zero dim gives an empty tensor.
+    value: a one-element array (any shape) whose dtype and value fill the output: any ONNX
+      element type a JAX array holds (bool, integers incl. int4/uint4/int2/uint2, float16,
+      bfloat16, float32, float64, the float8 types, float4e2m1). A Python scalar takes JAX's
+      default dtype for it. ``None`` (the default) gives float32 zeros.
+
+  Returns:
+    A ``jax.Array`` of shape ``tuple(shape)``, with ``value``'s dtype (float32 if ``value`` is
+    None).
+
+  Raises:
+    TypeError: ``shape`` is traced or not integers; ``value`` is a string or complex, or its
+      dtype has no ONNX element type.
+    ValueError: a negative dim; ``value`` has more or fewer than one element.
+
+  Examples:
+    >>> import numpy as np, jaxops
+    >>> jaxops.constant_of_shape([2, 3])
+    Array([[0., 0., 0.],
+           [0., 0., 0.]], dtype=float32)
+    >>> jaxops.constant_of_shape(np.array([2], np.int64), np.array([7], np.int32))
+    Array([7, 7], dtype=int32)
+    >>> jaxops.constant_of_shape([]).shape
+    ()
+  """
+  if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)")
+  dims = _checks.int_tuple(_OP, "shape", shape)
+  if any(d < 0 for d in dims):
+    raise _checks.value_error(_OP, "shape", shape, "dims >= 0")
+  if value is None:
+    return jnp.zeros(dims, jnp.float32)
+  if isinstance(value, (str, bytes)) or (isinstance(value, np.ndarray)
+                                         and value.dtype.kind in ("U", "S", "O")):
+    raise _checks.type_error(_OP, "value", value, "a numeric or bool one-element array "
+                             "(ConstantOfShape has no STRING output)")
+  if not isinstance(value, (np.ndarray, np.generic, jax.Array)):
+    value = jnp.asarray(value)
+  dtype = np.dtype(value.dtype)
+  try:
+    elem = _dtypes.of_dtype(dtype)
+  except ValueError:
+    elem = None
+  if elem is None or not elem.jax_ok or dtype.kind == "c":
+    raise _checks.type_error(_OP, "value", value, "an array whose dtype is a real ONNX element "
+                             "type")
+  if int(np.size(value)) != 1:
+    raise _checks.value_error(_OP, "value", value, "a one-element array")
+  return _fill(value, dims)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _fill(value: jax.Array, dims: tuple[int, ...]) -> jax.Array:
+  return jnp.broadcast_to(jnp.reshape(value, ()), dims)

@@ -1,0 +1,326 @@
+"""average_pool() and global_average_pool(): ONNX AveragePool / GlobalAveragePool in JAX.
+
+Everything that depends only on static arguments (output lengths, the padding each window sees,
+the divisor of every output position) is computed once at trace time in NumPy, exactly as the
+ONNX specification writes it. The device work is a sum per window and a division by a static
+divisor: a reshape-sum where windows tile the input (stride == kernel, no padding, no
+dilation), otherwise one ``lax.reduce_window`` sum per pooled axis (an average window is a
+product of per-axis windows, so the sum is separable, and so is the divisor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxops._checks import StrEnum, floating_input, int_tuple, value_error
+
+_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+_OP = "average_pool"
+
+
+class AutoPad(StrEnum):
+  """ONNX's ``auto_pad`` attribute."""
+
+  NOTSET = "NOTSET"
+  SAME_UPPER = "SAME_UPPER"
+  SAME_LOWER = "SAME_LOWER"
+  VALID = "VALID"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Axis:
+  """The static plan of one pooled axis.
+
+  ``lo``/``hi`` are the padding the sums see, in input elements: ``hi`` includes the ceil-mode
+  extension and is negative where trailing input elements are read by no window (they are cut
+  off). ``count`` is the divisor of each output position along this axis.
+  """
+
+  k: int
+  s: int
+  d: int
+  lo: int
+  hi: int
+  out: int
+  count: tuple[int, ...]
+
+
+def _spatial_plan(n: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: bool,
+                  count_include_pad: bool, axis: int) -> _Axis:
+  """Output length, summing pads and divisors of one axis, as the spec text defines them."""
+  ext = d * (k - 1) + 1
+  if ext > n + pb + pe:
+    raise ValueError(
+        f"{_OP}: the window along spatial axis {axis} spans {ext} elements (kernel_shape {k}, "
+        f"dilation {d}) but the padded input has only {n + pb + pe} ({n} + pads {pb} + {pe}); "
+        f"the window must fit in the padded input")
+  span = n + pb + pe - ext
+  if ceil_mode:
+    out = -(-span // s) + 1
+    # A window that would start in the right padding is dropped (ONNX AveragePool-22 text,
+    # onnxruntime, PyTorch).
+    if (out - 1) * s >= n + pb:
+      out -= 1
+  else:
+    out = span // s + 1
+  starts = np.arange(out) * s - pb
+  taps = starts[:, None] + d * np.arange(k)[None, :]
+  lo_bound = -pb if count_include_pad else 0
+  hi_bound = n + pe if count_include_pad else n
+  count = ((taps >= lo_bound) & (taps < hi_bound)).sum(axis=1)
+  if not count_include_pad and np.any(count == 0):
+    j = int(np.argmin(count))
+    raise ValueError(
+        f"{_OP}: with count_include_pad=False, output position {j} along spatial axis {axis} "
+        f"has a window (kernel_shape {k}, dilation {d}, pads {pb}, {pe}) that covers no input "
+        f"element, so its average is undefined; use smaller pads or dilations")
+  hi = (out - 1) * s + ext - n - pb
+  return _Axis(k, s, d, pb, hi, out, tuple(int(c) for c in count))
+
+
+def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, dilations: Any,
+          auto_pad: Any, ceil_mode: bool, count_include_pad: bool) -> tuple[_Axis, ...]:
+  kernel = int_tuple(_OP, "kernel_shape", kernel_shape)
+  nd = len(kernel)
+  if nd == 0:
+    raise value_error(_OP, "kernel_shape", kernel_shape, "a non-empty sequence of integers")
+  if any(k < 1 for k in kernel):
+    raise value_error(_OP, "kernel_shape", kernel_shape, "integers >= 1")
+  if len(shape) < nd:
+    raise ValueError(f"{_OP}: argument `x` must have at least {nd} axes for a {nd}-D "
+                     f"kernel_shape {kernel}; got shape {shape}")
+  spatial = shape[len(shape) - nd:]
+  strides_ = (1,) * nd if strides is None else int_tuple(_OP, "strides", strides, length=nd)
+  if any(v < 1 for v in strides_):
+    raise value_error(_OP, "strides", strides, "integers >= 1 (zero or negative strides are "
+                      "not allowed)")
+  dil = (1,) * nd if dilations is None else int_tuple(_OP, "dilations", dilations, length=nd)
+  if any(v < 1 for v in dil):
+    raise value_error(_OP, "dilations", dilations, "integers >= 1")
+  mode = AutoPad.from_string(_OP, "auto_pad", auto_pad)
+  if pads is not None:
+    pads_ = int_tuple(_OP, "pads", pads, length=2 * nd)
+    if any(v < 0 for v in pads_):
+      raise value_error(_OP, "pads", pads, "integers >= 0")
+    if any(p >= k for p, k in zip(pads_, kernel + kernel)):
+      raise value_error(_OP, "pads", pads,
+                        f"smaller than the kernel along its axis (kernel_shape {kernel})")
+    if mode is not AutoPad.NOTSET and any(pads_):
+      raise value_error(_OP, "pads", pads, f"omitted (or zeros) when auto_pad is {mode.value!r}")
+  else:
+    pads_ = (0,) * (2 * nd)
+  begins, ends = list(pads_[:nd]), list(pads_[nd:])
+  if mode is not AutoPad.NOTSET:
+    for i, (n, k, s, d) in enumerate(zip(spatial, kernel, strides_, dil)):
+      ext = d * (k - 1) + 1
+      if mode is AutoPad.VALID:
+        begins[i] = ends[i] = 0
+        continue
+      out = -(-n // s)  # SAME: ceil(n / s) == floor((n - 1) / s) + 1
+      total = max(0, (out - 1) * s + ext - n)
+      small, large = total // 2, total - total // 2
+      begins[i], ends[i] = (small, large) if mode is AutoPad.SAME_UPPER else (large, small)
+    # The spec's SAME/VALID lengths do not depend on ceil_mode (for VALID, AveragePool-11+
+    # writes ceil((n - e + 1) / s) == floor((n - e) / s) + 1), and the padding fits exactly.
+    ceil_mode = False
+  return tuple(
+      _spatial_plan(n, k, s, d, pb, pe, bool(ceil_mode), bool(count_include_pad), i)
+      for i, (n, k, s, d, pb, pe) in enumerate(zip(spatial, kernel, strides_, dil, begins, ends)))
+
+
+def average_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
+                 strides: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 dilations: Sequence[int] | None = None, auto_pad: str = "NOTSET",
+                 ceil_mode: bool = False, count_include_pad: bool = False) -> jax.Array:
+  """ONNX AveragePool (opset 22): the mean over each sliding window of the trailing axes.
+
+  The last ``len(kernel_shape)`` axes of ``x`` are pooled (in ONNX's layout, ``x`` is
+  ``(N, C, D1, ..., Dn)``); any leading axes are carried through. For each pooled axis with input
+  length ``n``, kernel ``k``, stride ``s``, dilation ``d``, pads ``pb``/``pe`` and window extent
+  ``e = d * (k - 1) + 1``, the output length is::
+
+    out = floor((n + pb + pe - e) / s) + 1            # ceil_mode=False
+    out = ceil((n + pb + pe - e) / s) + 1             # ceil_mode=True, less one if the last
+                                                      # window would start at or after n + pb
+    out = floor((n - e) / s) + 1                      # auto_pad="VALID" (pads are 0)
+    out = ceil(n / s)                                 # auto_pad="SAME_UPPER"/"SAME_LOWER"
+
+  With SAME the total padding is ``(out - 1) * s + e - n`` (never negative), split with the odd
+  element at the end (SAME_UPPER) or at the beginning (SAME_LOWER).
+
+  Divisor rule: window ``o`` reads positions ``o * s - pb + j * d`` for ``j < k``. Its sum is
+  divided by the number of those positions that lie in the input (``count_include_pad=False``)
+  or in the explicitly padded input ``[-pb, n + pe)`` (``count_include_pad=True``). The extra
+  positions that ``ceil_mode`` adds past ``n + pe`` are never counted. Over several axes the
+  divisor is the product of the per-axis counts.
+
+  Args:
+    x: input array, float16, bfloat16, float32 or float64.
+    kernel_shape: window size along each pooled axis.
+    strides: step along each pooled axis; default 1.
+    pads: ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` zero padding, each smaller than the
+      kernel along its axis; default 0. Not allowed (unless all zero) with ``auto_pad`` other
+      than "NOTSET".
+    dilations: spacing of the window's taps along each pooled axis; default 1.
+    auto_pad: "NOTSET" (use ``pads``), "SAME_UPPER", "SAME_LOWER" or "VALID".
+    ceil_mode: round the output length up instead of down (no effect with auto_pad: the spec's
+      SAME and VALID lengths are the same either way).
+    count_include_pad: count the padding positions in the divisor.
+
+  ``kernel_shape``, ``strides``, ``pads`` and ``dilations`` decide the output shape, so they must
+  be concrete (Python or NumPy values), also under ``jax.jit``.
+
+  Returns:
+    The pooled array, of the same dtype as ``x`` (float16 and bfloat16 are summed and divided in
+    float32, then rounded once).
+
+  Raises:
+    TypeError: ``x`` is not one of the four floating dtypes; a shape argument is traced or not a
+      sequence of integers.
+    ValueError: wrong lengths; kernel_shape, strides or dilations below 1; negative pads, pads at
+      least the kernel, pads with auto_pad; a window larger than the padded input; a window that
+      covers only padding when ``count_include_pad`` is False; an unknown ``auto_pad``.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops
+    >>> x = jnp.arange(16.0).reshape(1, 1, 4, 4)
+    >>> jaxops.average_pool(x, (2, 2), strides=(2, 2))
+    Array([[[[ 2.5,  4.5],
+             [10.5, 12.5]]]], dtype=float32)
+    >>> jaxops.average_pool(jnp.array([[[1.0, 2.0, 3.0]]]), (2,), pads=(1, 1))
+    Array([[[1. , 1.5, 2.5, 3. ]]], dtype=float32)
+    >>> jaxops.average_pool(jnp.array([[[1.0, 2.0, 3.0]]]), (2,), pads=(1, 1),
+    ...                     count_include_pad=True)
+    Array([[[0.5, 1.5, 2.5, 1.5]]], dtype=float32)
+  """
+  x = floating_input(_OP, x, _DTYPES)
+  plan = _plan(tuple(x.shape), kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
+               count_include_pad)
+  return _average_pool(x, plan)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _average_pool(x: jax.Array, plan: tuple[_Axis, ...]) -> jax.Array:
+  dtype = x.dtype
+  if dtype in (jnp.float16, jnp.bfloat16):
+    x = x.astype(jnp.float32)
+  lead = x.ndim - len(plan)
+  # Innermost axis first. Per axis, the faster of two ways to sum the windows (measured on CPU):
+  # shifted slices of a (length / stride, stride) reshape where the windows tile the axis or the
+  # axis is the innermost strided one, else a 1-D reduce_window.
+  for i in reversed(range(len(plan))):
+    a = plan[i]
+    if a.k == 1 and a.s == 1 and a.lo == 0 and a.hi == 0:
+      continue
+    if (a.k == a.s and a.d == 1) or (i == len(plan) - 1 and a.s > 1):
+      x = _taps_sum(x, lead + i, a)
+    else:
+      x = _window_sum(x, lead + i, a)
+  y = x / _divisor(plan, lead, x.dtype)
+  return y.astype(dtype)
+
+
+def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
+  """Zero padding (negative: cutting) of ``x`` along ``axis``."""
+  if lo == 0 and hi == 0:
+    return x
+  config = [(0, 0, 0)] * x.ndim
+  config[axis] = (lo, hi, 0)
+  return lax.pad(x, np.zeros((), x.dtype), config)
+
+
+def _taps_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+  """Window sums along ``axis`` as ``k`` shifted slices of ``x`` viewed as (length / s, s).
+
+  Tap ``j`` of window ``o`` reads input position ``o * s + m`` with ``m = j * d - lo``; with
+  ``m = q * s + r`` that is row ``o + q``, column ``r`` of the reshaped axis. Rows outside the
+  input are zeros (a pad of the output-sized slice, which XLA fuses into the sum).
+  """
+  s = a.s
+  last = (a.out - 1) * s + (a.k - 1) * a.d - a.lo + 1  # one past the last position read
+  n = -(-max(last, 1) // s) * s
+  x = _pad_axis(x, axis, 0, n - x.shape[axis])
+  rows = n // s
+  if s > 1:
+    x = x.reshape(x.shape[:axis] + (rows, s) + x.shape[axis + 1:])
+  terms = []
+  for j in range(a.k):
+    q, r = divmod(j * a.d - a.lo, s)
+    col = lax.index_in_dim(x, r, axis=axis + 1, keepdims=False) if s > 1 else x
+    terms.append(_pad_axis(col, axis, -q, a.out - rows + q))
+  return functools.reduce(operator.add, terms)
+
+
+def _window_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+  """Window sums along ``axis`` with one 1-D reduce_window (zero padding, dilation)."""
+  x = _pad_axis(x, axis, 0, min(a.hi, 0))  # cut the tail no window reads
+  window, strides, dil = [1] * x.ndim, [1] * x.ndim, [1] * x.ndim
+  window[axis], strides[axis], dil[axis] = a.k, a.s, a.d
+  padding = [(0, 0)] * x.ndim
+  padding[axis] = (a.lo, max(a.hi, 0))
+  return lax.reduce_window(x, np.zeros((), x.dtype), lax.add, tuple(window), tuple(strides),
+                           tuple(padding), window_dilation=tuple(dil))
+
+
+def _divisor(plan: tuple[_Axis, ...], lead: int, dtype: Any) -> Any:
+  """The static divisor: a scalar where it is uniform, else the outer product of the counts."""
+  if all(len(set(a.count)) == 1 for a in plan):
+    return np.asarray(math.prod(a.count[0] for a in plan), dtype)
+  div = np.ones((), np.float64)
+  for a in plan:
+    div = np.multiply.outer(div, np.asarray(a.count, np.float64))
+  return jnp.asarray(div.reshape((1,) * lead + div.shape), dtype)
+
+
+def global_average_pool(x: jax.typing.ArrayLike) -> jax.Array:
+  """ONNX GlobalAveragePool: the mean over every axis after the first two.
+
+  ``x`` is ``(N, C, D1, ..., Dn)``; the result is ``(N, C, 1, ..., 1)``: AveragePool with the
+  kernel equal to the spatial shape (no padding, so the divisor is ``D1 * ... * Dn``).
+
+  Args:
+    x: input array with at least two axes, float16, bfloat16, float32 or float64.
+
+  Returns:
+    The means, of the same dtype as ``x`` (float16 and bfloat16 are summed in float32).
+
+  Raises:
+    TypeError: ``x`` is not one of the four floating dtypes.
+    ValueError: ``x`` has fewer than two axes.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops
+    >>> jaxops.global_average_pool(jnp.arange(8.0).reshape(1, 2, 2, 2))
+    Array([[[[1.5]],
+    <BLANKLINE>
+            [[5.5]]]], dtype=float32)
+  """
+  op = "global_average_pool"
+  x = floating_input(op, x, _DTYPES)
+  if x.ndim < 2:
+    raise ValueError(f"{op}: argument `x` must have at least 2 axes (N, C, spatial...); got "
+                     f"shape {tuple(x.shape)}")
+  return _global_average_pool(x)
+
+
+@jax.jit
+def _global_average_pool(x: jax.Array) -> jax.Array:
+  dtype = x.dtype
+  if dtype in (jnp.float16, jnp.bfloat16):
+    x = x.astype(jnp.float32)
+  size = math.prod(x.shape[2:])
+  # A matrix-vector product with ones is the fastest row sum on CPU (measured against jnp.mean
+  # and a reshape-sum); the sum is then divided by the static count, as the spec writes it.
+  sums = x.reshape(x.shape[:2] + (size,)) @ jnp.ones((size,), x.dtype)
+  y = sums / np.asarray(size, x.dtype)
+  return y.reshape(x.shape[:2] + (1,) * (x.ndim - 2)).astype(dtype)

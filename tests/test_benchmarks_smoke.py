@@ -1,0 +1,95 @@
+"""The benchmark command at tiny sizes, one rep, so that it cannot rot; and its timing method.
+
+No timing is asserted anywhere: only that the command runs, writes its files where it is told,
+covers every case, and that the method drops and interleaves runs as documented.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("torch")
+pytest.importorskip("flax")
+pytest.importorskip("matplotlib")
+
+from benchmarks import _harness  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+OP_FUNCTIONS = {"Resize": "resize", "AveragePool": "average_pool",
+                "GlobalAveragePool": "global_average_pool", "Cast": "cast"}
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+  return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                        timeout=timeout, check=False)
+
+
+def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
+  committed = ROOT / "benchmarks" / "RESULTS.md"
+  before = committed.read_bytes() if committed.exists() else None
+  out = tmp_path / "out"
+  proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",
+              "--device", "cpu", "--out", str(out), "--json", str(tmp_path / "r.json"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  listed = _run("benchmarks/run.py", "--list")  # the script entry point works too
+  assert listed.returncode == 0, listed.stderr[-3000:]
+  labels = listed.stdout.split("\n")
+  results = json.loads((tmp_path / "r.json").read_text())["results"]
+  assert [r["label"] for r in results] == [x for x in labels if x]
+  assert {r["group"] for r in results} == {"Resize", "AveragePool", "GlobalAveragePool", "Cast"}
+  assert {r["pass"] for r in results} == {"fwd", "bwd"}
+  import jaxops
+  for r in results:
+    timed = [s for s in r["systems"] if s["median_s"] is not None]
+    assert timed, r["label"]
+    if hasattr(jaxops, OP_FUNCTIONS[r["group"]]):  # the harness calls the API as documented
+      assert r["jaxops_s"] is not None, (r["label"], r["missing"])
+      assert r["ratio_floor"] is not None
+    assert r["floor_s"] is not None and r["bytes_moved"] > 0
+    assert all(s["agreement"] for s in r["systems"]), r["label"]
+  text = (out / "RESULTS.md").read_text()
+  for heading in ("## Machine", "## Method", "## CPU", "## GPU", "ratios.png"):
+    assert heading in text
+  assert (out / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  after = committed.read_bytes() if committed.exists() else None
+  assert before == after, "the smoke run must not write into the repository"
+
+
+def test_unknown_only_word_is_an_error() -> None:
+  proc = _run("-m", "benchmarks.run", "--only", "no-such-case")
+  assert proc.returncode == 2
+  assert "no case matches --only 'no-such-case'" in proc.stderr
+
+
+def test_measure_drops_the_first_run_of_each_block_and_interleaves() -> None:
+  calls: list[str] = []
+
+  def system(name: str) -> _harness.System:
+    return _harness.System(name, lambda: calls.append(name))
+
+  case = _harness.Case("G", "n", "fwd", "cpu", "1 float32", 8, [system("a"), system("b")], [],
+                       system("floor"), 0.0, 0.0)
+  _harness.measure(case, reps=2, runs=3)
+  # Block 0 runs a, b, floor; block 1 starts one later: b, floor, a. Each 3 + 1 times.
+  assert calls == ["a"] * 4 + ["b"] * 4 + ["floor"] * 4 + ["b"] * 4 + ["floor"] * 4 + ["a"] * 4
+  assert [s.samples for s in (*case.systems, case.floor)] == [6, 6, 6]
+
+
+def test_compare_labels_nan_places_shapes_and_tolerance() -> None:
+  ref = np.array([1.0, np.nan, np.inf, 4.0])
+  assert _harness.compare(ref, ref.copy(), 0.0, 0.0) == (True, "agrees (max|d| 0)")
+  ok, text = _harness.compare(ref, np.array([1.0, 2.0, np.inf, 4.0]), 0.0, 0.0)
+  assert not ok and text == "NaN differs at 1 places"
+  ok, text = _harness.compare(ref, np.array([1.0, np.nan, 448.0, 4.0]), 1.0, 0.0)
+  assert not ok and text.startswith("DIFFERS (max|d| inf")
+  # |d| = 0.03 <= atol 0 + rtol 0.01 * max|finite ref| (4.0)
+  assert _harness.compare(ref, np.array([1.03, np.nan, np.inf, 4.0]), 0.01, 0.0)[0]
+  assert not _harness.compare(ref, np.array([1.05, np.nan, np.inf, 4.0]), 0.01, 0.0)[0]
+  assert _harness.compare(ref, ref[:3], 0.0, 0.0) == (False, "shape (3,) vs (4,)")

@@ -1,0 +1,266 @@
+"""What differs between the versions of Cast, CastLike and ConstantOfShape, through the Backend.
+
+Expected values come from the spec text of each version (the tables are written out here) and,
+where it runs the model, from onnxruntime.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+from jaxops.onnx import Backend  # noqa: E402
+
+T = TensorProto
+NAN = np.nan
+
+
+def _f64(a):
+  return np.asarray(a).astype(np.float64)
+
+
+def _model(op, opset, x_type, attrs, *, y_type=None, extra_inputs=(), shape=(5,)):
+  """One-node model: input x (x_type, ``shape``), more inputs as initializers, output y."""
+  names = ["x"] + [f"in{i}" for i in range(len(extra_inputs))]
+  node = helper.make_node(op, names, ["y"], **attrs)
+  inits = [onnx.numpy_helper.from_array(a, f"in{i}") for i, a in enumerate(extra_inputs)]
+  if y_type is None:
+    y_type = attrs["to"] if "to" in attrs else helper.np_dtype_to_tensor_dtype(
+        extra_inputs[0].dtype)
+  if isinstance(y_type, str):
+    y_type = getattr(T, y_type)
+  graph = helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", x_type, list(shape))],
+      [helper.make_tensor_value_info("y", y_type, list(shape))], initializer=inits)
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+  model.ir_version = 11 if opset >= 24 else (10 if opset >= 7 else 3)
+  return model
+
+
+def _cast_node_run(opset, x, **attrs):
+  """Cast through jaxops.onnx.Backend.run_node (no model checker: type errors are ours)."""
+  node = helper.make_node("Cast", ["x"], ["y"], **attrs)
+  return Backend.run_node(node, [x], opset_version=opset)[0]
+
+
+def _ort(model, feeds):
+  ort = pytest.importorskip("onnxruntime")
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  return sess.run(None, feeds)
+
+
+# --- Cast-19/21/23 vs Cast-24+: +-Inf into the FNUZ float8 types with saturate -------------------
+
+_INF_X = np.array([np.inf, -np.inf, 1e6, -1e6, 0.3], np.float32)
+# Cast-19's table: Inf -> NaN (E4M3FNUZ, E5M2FNUZ), FLT_MAX (E4M3FN, E5M2); Cast-24's: FLT_MAX.
+_CAST19 = {T.FLOAT8E4M3FN: [448, -448, 448, -448, 0.3125],
+           T.FLOAT8E4M3FNUZ: [NAN, NAN, 240, -240, 0.3125],
+           T.FLOAT8E5M2: [57344, -57344, 57344, -57344, 0.3125],
+           T.FLOAT8E5M2FNUZ: [NAN, NAN, 57344, -57344, 0.3125]}
+_CAST24 = {T.FLOAT8E4M3FN: [448, -448, 448, -448, 0.3125],
+           T.FLOAT8E4M3FNUZ: [240, -240, 240, -240, 0.3125],
+           T.FLOAT8E5M2: [57344, -57344, 57344, -57344, 0.3125],
+           T.FLOAT8E5M2FNUZ: [57344, -57344, 57344, -57344, 0.3125]}
+
+
+@pytest.mark.parametrize("opset", [19, 21, 23, 24, 25, 28])
+def test_float8_saturation_of_inf_per_version(opset):
+  table = _CAST19 if opset < 24 else _CAST24
+  for to, want in table.items():
+    for op, attrs, extra in (("Cast", {"to": to}, ()),
+                             ("CastLike", {}, (np.zeros(1, helper.tensor_dtype_to_np_dtype(to)),))):
+      if op == "CastLike" and opset == 28:
+        continue  # CastLike-25 serves opset 28
+      (y,) = Backend.run_model(_model(op, opset, T.FLOAT, attrs, extra_inputs=extra), [_INF_X])
+      assert y.dtype == helper.tensor_dtype_to_np_dtype(to)
+      np.testing.assert_array_equal(_f64(y), np.array(want), err_msg=f"{op}-{opset} to {to}")
+
+
+def test_onnxruntime_agrees_except_the_fnuz_inf_rows():
+  # onnxruntime applies Cast-24's row (Inf -> FLT_MAX) at opsets 19-23 too: a recorded
+  # deviation (docs/DEVIATIONS.md). Every other value agrees.
+  for opset in (19, 21, 23):
+    for to in _CAST19:
+      nodes = [helper.make_node("Cast", ["x"], ["m"], to=to),
+               helper.make_node("Cast", ["m"], ["y"], to=T.FLOAT)]
+      graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [5])],
+                                [helper.make_tensor_value_info("y", T.FLOAT, [5])])
+      model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+      model.ir_version = 10
+      (ort_y,) = _ort(model, {"x": _INF_X})
+      (y,) = Backend.run_model(model, [_INF_X])
+      fnuz = to in (T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2FNUZ)
+      keep = ~np.isinf(_INF_X) if fnuz else np.ones(5, bool)
+      np.testing.assert_array_equal(y[keep], ort_y[keep])
+      if fnuz:
+        assert np.isnan(y[~keep]).all() and np.isfinite(ort_y[~keep]).all()
+
+
+def test_no_saturate_overflow_band_follows_the_table_not_onnxruntime():
+  # Cast-19+/24+ tables without saturate: [x] > FLT_MAX -> NaN (E4M3FN), Inf (E5M2), where [x]
+  # is x rounded to the target's mantissa. onnxruntime gives 448 for 490 (which rounds to 480)
+  # and NaN for 65186 (which rounds to 65536): recorded in docs/DEVIATIONS.md.
+  x = np.array([490.0, 460.0, 65186.0, -65519.0, 60000.0], np.float32)
+  (a,) = Backend.run_model(_model("Cast", 24, T.FLOAT, {"to": T.FLOAT8E4M3FN, "saturate": 0}),
+                           [x])
+  np.testing.assert_array_equal(_f64(a)[:2], [NAN, 448])
+  (b,) = Backend.run_model(_model("Cast", 24, T.FLOAT, {"to": T.FLOAT8E5M2, "saturate": 0}), [x])
+  np.testing.assert_array_equal(_f64(b)[2:], [np.inf, -np.inf, 57344])
+
+
+# --- Cast-1: `to` is a string; Cast-6..: an enum; STRING from Cast-9 ------------------------------
+
+
+def test_cast1_takes_a_type_name():
+  x = np.array([1.5, 70000.0, -2.7], np.float32)
+  for opset in (1, 5):
+    (y,) = Backend.run_model(_model("Cast", opset, T.FLOAT, {"to": "FLOAT16"}, y_type="FLOAT16",
+                                    shape=(3,)), [x])
+    np.testing.assert_array_equal(y, np.array([1.5, np.inf, -2.69921875], np.float16))
+    (z,) = Backend.run_model(_model("Cast", opset, T.FLOAT, {"to": "INT32"}, y_type="INT32",
+                                    shape=(3,)), [x])
+    np.testing.assert_array_equal(z, np.array([1, 70000, -2], np.int32))
+  with pytest.raises(TypeError, match="Cast version 1 does not allow `to` of type BFLOAT16"):
+    _cast_node_run(1, x, to="BFLOAT16")
+
+
+def test_cast6_matches_onnxruntime():
+  x = np.array([1.5, -2.7, 300.0, 0.0], np.float32)
+  for to in (T.INT8, T.UINT8, T.BOOL, T.DOUBLE, T.FLOAT16):
+    xs = {T.INT8: x[:2], T.UINT8: np.abs(x[:2])}.get(to, x)  # out of range is undefined
+    model = _model("Cast", 7, T.FLOAT, {"to": to}, shape=xs.shape)
+    (y,) = Backend.run_model(model, [xs])
+    (want,) = _ort(model, {"x": xs})
+    assert y.dtype == want.dtype
+    np.testing.assert_array_equal(y, want)
+
+
+def test_string_from_cast9():
+  x = np.array([0.5, -1e20, np.nan], np.float32)
+  with pytest.raises(TypeError, match="Cast version 6 does not allow `to` of type STRING"):
+    _cast_node_run(6, x, to=T.STRING)
+  model = _model("Cast", 9, T.FLOAT, {"to": T.STRING}, shape=(3,))
+  (y,) = Backend.run_model(model, [x])
+  assert y.tolist() == ["0.5", "-1e+20", "NaN"]
+  s = np.array(["3.25", "-INF", "nan", "1E3"], object)
+  back = _model("Cast", 13, T.STRING, {"to": T.FLOAT}, shape=(4,))
+  (z,) = Backend.run_model(back, [s])
+  (want,) = _ort(back, {"x": s})
+  np.testing.assert_array_equal(z, want)
+
+
+@pytest.mark.parametrize("to,first", [(T.BFLOAT16, 13), (T.FLOAT8E4M3FN, 19), (T.INT4, 21),
+                                      (T.FLOAT4E2M1, 23), (T.FLOAT8E8M0, 24), (T.UINT2, 25)])
+def test_types_arrive_with_their_version(to, first):
+  x = np.array([1.0, 2.0], np.float32)
+  prev = {13: 9, 19: 13, 21: 19, 23: 21, 24: 23, 25: 24}[first]
+  name = T.DataType.Name(to)
+  with pytest.raises(TypeError, match=f"Cast version {prev} does not allow `to` of type {name}"):
+    _cast_node_run(prev, x, to=to)
+  y = _cast_node_run(first, x, to=to)
+  assert y.dtype == helper.tensor_dtype_to_np_dtype(to)
+  np.testing.assert_array_equal(_f64(y), [1.0, 2.0])
+
+
+def test_cast28_float6_is_a_clear_error():
+  with pytest.raises(TypeError, match=r"FLOAT6E2M3 .* installed JAX/XLA cannot convert"):
+    _cast_node_run(28, np.ones(2, np.float32), to=T.FLOAT6E2M3)
+  with pytest.raises(TypeError, match="Cast version 25 does not allow `to` of type FLOAT6E3M2"):
+    _cast_node_run(25, np.ones(2, np.float32), to=T.FLOAT6E3M2)
+
+
+def test_round_mode_and_saturate_attributes_of_cast24():
+  # Cast-24's FLOAT8E8M0 rules: round_mode on the mantissa; without saturate out of range is NaN.
+  x = np.array([1.5, 3.0, 0.0, 1e-39, 2.0**127 * 1.5], np.float32)
+  want = {("up", 1): [2, 4, 2.0**-127, 2.0**-127, 2.0**127],
+          ("down", 0): [1, 2, NAN, NAN, NAN],
+          ("nearest", 0): [2, 4, NAN, NAN, NAN]}
+  for (mode, sat), w in want.items():
+    attrs = {"to": T.FLOAT8E8M0, "round_mode": mode, "saturate": sat}
+    (y,) = Backend.run_model(_model("Cast", 24, T.FLOAT, attrs), [x])
+    np.testing.assert_array_equal(_f64(y), w)
+  # CastLike-24 passes them on too; CastLike-23 has no FLOAT8E8M0.
+  like = np.zeros(1, ml_dtypes.float8_e8m0fnu)
+  (y,) = Backend.run_model(_model("CastLike", 24, T.FLOAT, {"round_mode": "down"},
+                                  extra_inputs=(like,)), [x])
+  np.testing.assert_array_equal(_f64(y)[:2], [1, 2])
+  node = helper.make_node("CastLike", ["x", "like"], ["y"])
+  with pytest.raises(TypeError, match="CastLike version 23 does not allow target_type of type "
+                     "FLOAT8E8M0"):
+    Backend.run_node(node, [x, like], opset_version=23)
+
+
+def test_castlike_saturate_from_version_19():
+  x = np.array([1e6, np.inf], np.float32)
+  like = np.zeros(1, ml_dtypes.float8_e4m3fn)
+  (y,) = Backend.run_model(_model("CastLike", 19, T.FLOAT, {"saturate": 0},
+                                  extra_inputs=(like,)), [x])
+  assert np.isnan(_f64(y)).all()
+  node = helper.make_node("CastLike", ["x", "like"], ["y"])
+  with pytest.raises(TypeError, match="CastLike version 15 does not allow target_type of type "
+                     "FLOAT8E4M3FN"):
+    Backend.run_node(node, [x, like], opset_version=15)
+  (z,) = Backend.run_node(node, [np.array([2.5, -1.0]), np.zeros(2, np.int16)], opset_version=15)
+  np.testing.assert_array_equal(z, np.array([2, -1], np.int16))
+
+
+# --- ConstantOfShape-9 .. 25: the dtypes of `value` ------------------------------------------------
+
+_FIRST = [(np.float32, 9), (np.int64, 9), (np.bool_, 9), (ml_dtypes.bfloat16, 20),
+          (ml_dtypes.float8_e5m2, 20), (ml_dtypes.int4, 21), (ml_dtypes.float4_e2m1fn, 23),
+          (ml_dtypes.float8_e8m0fnu, 24), (ml_dtypes.int2, 25)]
+_VERSIONS = [9, 20, 21, 23, 24, 25]
+
+
+def _cos_model(opset, value):
+  node = helper.make_node("ConstantOfShape", ["x"], ["y"],
+                          value=onnx.numpy_helper.from_array(value, "value"))
+  graph = helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", T.INT64, [2])],
+      [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(value.dtype),
+                                     [None, None])])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+  model.ir_version = 11 if opset >= 24 else 10
+  return model
+
+
+@pytest.mark.parametrize("dtype,first", _FIRST, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_constant_of_shape_dtypes_per_version(dtype, first):
+  value = np.array([1], np.float32).astype(dtype)
+  shape = np.array([2, 3], np.int64)
+  node = helper.make_node("ConstantOfShape", ["x"], ["y"],
+                          value=onnx.numpy_helper.from_array(value, "value"))
+  for v in _VERSIONS:
+    if v < first:
+      with pytest.raises(TypeError, match=f"ConstantOfShape version {v} does not allow `value`"):
+        Backend.run_node(node, [shape], opset_version=v)
+    elif v in (first, 25):
+      (y,) = Backend.run_model(_cos_model(v, value), [shape])
+      assert y.dtype == np.dtype(dtype) and y.shape == (2, 3)
+      np.testing.assert_array_equal(_f64(y), np.ones((2, 3)))
+
+
+def test_constant_of_shape_matches_onnxruntime():
+  shape = np.array([3, 0], np.int64), np.array([2, 4], np.int64)
+  for opset in (9, 20):
+    for value in (np.array([2.5], np.float32), np.array([-7], np.int64), np.array([True])):
+      model = _cos_model(opset, value)
+      for s in shape:
+        (y,) = Backend.run_model(model, [s])
+        (want,) = _ort(model, {"x": s})
+        assert y.dtype == want.dtype and y.shape == want.shape
+        np.testing.assert_array_equal(y, want)
+  # No value: float32 zeros (every version).
+  node = helper.make_node("ConstantOfShape", ["x"], ["y"])
+  graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.INT64, [1])],
+                            [helper.make_tensor_value_info("y", T.FLOAT, [3])])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+  model.ir_version = 10
+  (y,) = Backend.run_model(model, [np.array([3], np.int64)])
+  np.testing.assert_array_equal(y, np.zeros(3, np.float32))
+  np.testing.assert_array_equal(_ort(model, {"x": np.array([3], np.int64)})[0], y)
