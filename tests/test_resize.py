@@ -224,13 +224,13 @@ def test_traced_scales_is_a_clear_type_error():
 
 def test_same_static_configuration_is_traced_once(monkeypatch):
   traces = []
-  inner = _resize._interp_axis
+  inner = _resize._static_passes
 
   def counting(*args, **kwargs):
     traces.append(1)  # runs only while _resize_jit traces
     return inner(*args, **kwargs)
 
-  monkeypatch.setattr(_resize, "_interp_axis", counting)
+  monkeypatch.setattr(_resize, "_static_passes", counting)
   x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
   for _ in range(3):
     jaxops.resize(x, sizes=[41], axes=[1], mode="linear", cubic_coeff_a=-0.61)  # new objects
