@@ -324,3 +324,42 @@ def test_resize10_nearest_rounds_like_onnxruntime():
   rows = [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
   cols = [0, 2, 4]
   np.testing.assert_array_equal(got[0, 0], x[0, 0][np.ix_(rows, cols)])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample7_against_onnxruntime(mode):
+  from jaxops.onnx import Backend
+
+  shape = [1, 2, 3, 4]
+  x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+  graph = helper.make_graph(
+      [helper.make_node("Upsample", ["X"], ["Y"], mode=mode, scales=[1.0, 1.0, 2.0, 1.5])], "g",
+      [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2, 6, 6])])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)])
+  np.testing.assert_allclose(Backend.run_model(model, [x])[0], _ort_run(model, x), rtol=1e-6,
+                             atol=1e-6)
+
+
+def test_adapters_reject_what_their_version_lacks():
+  from jaxops.onnx import Backend
+
+  x = np.zeros((1, 1, 2, 2), np.float32)
+
+  def model(op, opset, inputs, inits, **attrs):
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["Y"], **attrs)], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 1, 4])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+  scales = helper.make_tensor("s", TensorProto.FLOAT, [4], [1, 1, 0.5, 2])
+  with pytest.raises(ValueError, match=r"Upsample-9: `scales` must be >= 1"):
+    Backend.prepare(model("Upsample", 9, ["X", "s"], [scales])).run([x])
+  with pytest.raises(ValueError, match=r"Resize-13: attribute `coordinate_transformation_mode`"
+                                       r" must be one of .*; got 'tf_half_pixel_for_nn'"):
+    Backend.prepare(model("Resize", 13, ["X", "", "s"], [scales],
+                          coordinate_transformation_mode="tf_half_pixel_for_nn")).run([x])
+  with pytest.raises(ValueError, match=r"Resize-18: .*got 'half_pixel_symmetric'"):
+    Backend.prepare(model("Resize", 18, ["X", "", "s"], [scales],
+                          coordinate_transformation_mode="half_pixel_symmetric")).run([x])
