@@ -243,6 +243,15 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
   out_shape = list(shape)
   for p in plans_all:
     out_shape[p.axis] = p.out_len
+  # Options a mode does not read are canonicalised, so that they do not split the jit cache.
+  if m is not Mode.NEAREST:
+    nearest = NearestMode.ROUND_PREFER_FLOOR
+  if m is not Mode.CUBIC:
+    a = -0.75
+  if m is Mode.NEAREST:
+    exclude_outside = False
+  if coord is not CoordinateTransformationMode.TF_CROP_AND_RESIZE:
+    extrap = 0.0
   cfg = _Config(tuple(plans), tuple(out_shape), m, coord, nearest, a, exclude_outside, extrap,
                 antialias, bool(_resize10))
   _check_dtype(x.dtype, m)

@@ -233,9 +233,12 @@ def test_same_static_configuration_is_traced_once(monkeypatch):
   monkeypatch.setattr(_resize, "_static_passes", counting)
   x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
   for _ in range(3):
-    jaxops.resize(x, sizes=[41], axes=[1], mode="linear", cubic_coeff_a=-0.61)  # new objects
+    jaxops.resize(x, sizes=[41], axes=[1], mode="cubic", cubic_coeff_a=-0.61)  # new objects
   assert len(traces) == 1
-  jaxops.resize(x, sizes=[42], axes=[1], mode="linear", cubic_coeff_a=-0.61)
+  jaxops.resize(x, sizes=np.array([41]), axes=(-1,), mode="cubic", cubic_coeff_a=-0.61,
+                nearest_mode="ceil")  # equal configuration (nearest_mode unused by cubic)
+  assert len(traces) == 1
+  jaxops.resize(x, sizes=[42], axes=[1], mode="cubic", cubic_coeff_a=-0.61)
   assert len(traces) == 2  # a new configuration traces once more
 
 
