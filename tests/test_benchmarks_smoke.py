@@ -53,7 +53,9 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
       assert r["jaxops_s"] is not None, (r["label"], r["missing"])
       assert r["ratio_floor"] is not None
     assert r["floor_s"] is not None and r["bytes_moved"] > 0
-    assert all(s["agreement"] for s in r["systems"]), r["label"]
+    for s in r["systems"]:  # every peer was compared; one that differs must say why
+      assert s["agreement"].startswith(("agrees", "DIFFERS", "reference")), (r["label"], s)
+      assert s["agrees"] or s["note"], (r["label"], s["name"], s["agreement"])
   text = (out / "RESULTS.md").read_text()
   for heading in ("## Method", "## CPU", "## GPU", "load average", "ratios.png"):
     assert heading in text
