@@ -273,3 +273,43 @@ def test_global_adapter_versions():
   for v in (1, 22):
     y = _registry.ADAPTERS[("GlobalAveragePool", v)].fn([np.ones((1, 2, 3, 3))], {})[0]
     assert y.shape == (1, 2, 1, 1)
+
+
+# Every float type jaxops pools, by ONNX schema type string and element type name.
+_SCHEMA_TYPES = {"tensor(float16)": np.float16, "tensor(bfloat16)": jnp.bfloat16,
+                 "tensor(float)": np.float32, "tensor(double)": np.float64}
+_TYPE_NAMES = {np.float16: "FLOAT16", jnp.bfloat16: "BFLOAT16", np.float32: "FLOAT",
+               np.float64: "DOUBLE", np.int32: "INT32"}
+_POOL_VERSIONS = ([("AveragePool", v) for v in (1, 7, 10, 11, 19, 22)]
+                  + [("GlobalAveragePool", v) for v in (1, 22)])
+
+
+@pytest.mark.parametrize("op, version", _POOL_VERSIONS)
+def test_adapter_input_types_follow_the_schema(op, version):
+  onnx_defs = pytest.importorskip("onnx.defs")
+  from jaxops.onnx import _registry
+
+  (constraint,) = onnx_defs.get_schema(op, version, "").type_constraints
+  assert constraint.type_param_str == "T"
+  allowed = {_SCHEMA_TYPES[t] for t in constraint.allowed_type_strs}
+  # The schema's list, written out: float16, float, double; bfloat16 only from version 22.
+  assert allowed == set(DTYPES) - (set() if version >= 22 else {jnp.bfloat16})
+  names = ", ".join(sorted(_TYPE_NAMES[t] for t in allowed))
+  adapter = _registry.ADAPTERS[(op, version)]
+  attrs = {"kernel_shape": [2, 2], "strides": [2, 2]} if op == "AveragePool" else {}
+  x64 = np.arange(16.0).reshape(1, 1, 4, 4)
+  want = (x64.reshape(1, 1, 2, 2, 2, 2).mean(axis=(3, 5)) if op == "AveragePool"
+          else np.full((1, 1, 1, 1), 7.5))
+  for dtype in DTYPES + [np.int32]:
+    x = jnp.asarray(x64).astype(dtype)
+    if dtype in allowed:
+      eager = adapter.fn([x], dict(attrs))[0]
+      traced = jax.jit(lambda v: adapter.fn([v], dict(attrs))[0])(x)  # as the backend runs it
+      for y in (eager, traced):
+        assert y.dtype == x.dtype
+        np.testing.assert_array_equal(np.asarray(y.astype(np.float64)), want)
+    else:
+      with pytest.raises(TypeError, match=rf"^jaxops.onnx: {op} version {version} does not "
+                         rf"allow input of type {_TYPE_NAMES[dtype]}; allowed: {names}$"):
+        adapter.fn([x], dict(attrs))
+

@@ -67,29 +67,51 @@ def test_hand_derived_gradient():
   np.testing.assert_allclose(np.asarray(g), np.full((1, 1, 2, 3), 0.5))
 
 
-def test_jit_matches_eager():
+def spec_pool(x, kernel, strides=None, pads=None, dilations=None, ceil_mode=False,
+              count_include_pad=False):
+  """The spec text's window loop (test_pool_differential.spec_pool) in float64, the oracle."""
+  loop = pytest.importorskip("test_pool_differential").spec_pool
+  nd = len(kernel)
+  x = np.asarray(x, np.float64)
+  lead = x.shape[:-nd - 1] if x.ndim > nd + 1 else ()
+  y = loop(x.reshape((-1,) + x.shape[-nd - 1:]), list(kernel), list(strides or [1] * nd),
+           list(pads) if pads else None, list(dilations or [1] * nd), "NOTSET", ceil_mode,
+           count_include_pad)
+  return y.reshape(lead + y.shape[1:])
+
+
+def test_jit_eager_and_vmap_match_the_spec_loop():
   x = np.random.default_rng(1).standard_normal((2, 3, 7, 6)).astype(np.float32)
   kw = dict(strides=(2, 1), pads=(1, 0, 1, 1), dilations=(1, 2), ceil_mode=True)
-  eager = jaxops.average_pool(x, (3, 2), **kw)
-  jitted = jax.jit(lambda v: jaxops.average_pool(v, (3, 2), **kw))(x)
-  np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-6)
-  # shape arguments as static arguments of an outer jit
+  want = spec_pool(x, (3, 2), **kw)
+  f = lambda v: jaxops.average_pool(v, (3, 2), **kw)  # noqa: E731
+  eager, jitted = f(x), jax.jit(f)(x)
+  mapped = jax.vmap(f)(x[:, None])[:, 0]  # one (1, 3, 7, 6) input per batch element
+  for got in (eager, jitted, mapped):
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(np.asarray(jitted), np.asarray(eager))  # besides the oracle
+  # shape arguments as static arguments of an outer jit: 2x2 blocks of the leading 6x6
   static = jax.jit(jaxops.average_pool, static_argnames=("kernel_shape", "strides"))
-  want = x[:, :, :6, :6].reshape(2, 3, 3, 2, 3, 2).mean(axis=(3, 5))
+  want = x[:, :, :6, :6].astype(np.float64).reshape(2, 3, 3, 2, 3, 2).mean(axis=(3, 5))
   np.testing.assert_allclose(np.asarray(static(x, kernel_shape=(2, 2), strides=(2, 2))), want,
                              rtol=1e-6)
 
 
 def test_vmap():
   x = np.random.default_rng(2).standard_normal((4, 1, 2, 5, 5))
-  f = lambda v: jaxops.average_pool(v, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))  # noqa: E731
-  want = np.stack([np.asarray(f(v)) for v in x])
-  np.testing.assert_allclose(np.asarray(jax.vmap(f)(x)), want, rtol=1e-14)
+  kw = dict(strides=(2, 2), pads=(1, 1, 1, 1))
+  f = lambda v: jaxops.average_pool(v, (3, 3), **kw)  # noqa: E731
+  want = spec_pool(x, (3, 3), **kw)  # the loop pools each (1, 2, 5, 5) element alike
+  for got in (jax.vmap(f)(x), jax.jit(jax.vmap(f))(x), f(x)):
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-14)
   # batch axis in the middle: vmap moves it, the trailing axes are still the pooled ones.
   np.testing.assert_allclose(np.asarray(jax.vmap(f, in_axes=1, out_axes=1)(x.swapaxes(0, 1))),
                              want.swapaxes(0, 1), rtol=1e-14)
-  g = jax.vmap(jaxops.global_average_pool)(x)
-  np.testing.assert_allclose(np.asarray(g), x.mean(axis=(3, 4), keepdims=True), rtol=1e-14)
+  want = x.mean(axis=(3, 4), keepdims=True)
+  g = jaxops.global_average_pool
+  for got in (jax.vmap(g)(x), jax.jit(jax.vmap(g))(x), g(x[:, 0])[:, None]):
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-14)
 
 
 def test_no_retrace_on_repeated_call(monkeypatch):
