@@ -13,8 +13,9 @@ its output. The method, applied to every case in the same way:
    times back to back and the first run of the block is dropped. Systems are interleaved block
    by block (the order rotates), so slow drifts of a shared machine hit all of them alike. The
    median over all kept runs is reported.
-3. Memory floor: a jitted ``x + 1`` over a uint8 buffer of half the bytes the op must read and
-   write, on the same device, timed in the same blocks: it reads and writes those bytes once.
+3. Memory floor: a jitted ``x + 1`` over uint8 that reads as many bytes as the op must read and
+   writes as many as it must write (``floor_system``), on the same device, timed in the same
+   blocks.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ class Builder:
     return System("", run, compile_s=compile_s, note=note)
 
 
+GPU_BATCH = 8
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
   """What every case builder needs: device ("cpu"/"gpu"), sizes, threads, a seeded RNG."""
@@ -136,6 +140,11 @@ class Context:
   def rng(self) -> np.random.Generator:
     return np.random.default_rng(self.seed)
 
+  def sized(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A case's full-size input shape here: the batch is GPU_BATCH times larger on a GPU, where
+    the CPU sizes would take tens of microseconds and time the launch, not the op."""
+    return (shape[0] * GPU_BATCH,) + shape[1:] if self.device == "gpu" else shape
+
   def jax_device(self) -> Any:
     import jax
     return jax.devices("cpu" if self.device == "cpu" else "gpu")[0]
@@ -143,12 +152,13 @@ class Context:
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-  """A case before it is built: ``build(ctx)`` returns its systems, bytes moved, output dtype."""
+  """A case before it is built: ``build(ctx)`` returns its systems, the bytes the op must read
+  and write (forward: input, output; backward: input, gradient), and the output dtype."""
 
   group: str
   name: str
   pass_: str
-  build: Callable[[Context], tuple[Builder, int, Any]]
+  build: Callable[[Context], tuple[Builder, tuple[int, int], Any]]
 
   @property
   def label(self) -> str:
@@ -157,10 +167,10 @@ class Spec:
 
 def make_case(spec: Spec, ctx: Context) -> Case:
   """Build the systems of ``spec`` on ``ctx``'s device, and the memory floor beside them."""
-  b, nbytes, dtype = spec.build(ctx)
+  b, (read, write), dtype = spec.build(ctx)
   rtol, atol = tolerance(dtype)
-  return Case(spec.group, spec.name, spec.pass_, ctx.device, b.input, nbytes, b.systems, b.missing,
-              floor_system(nbytes, ctx.jax_device()), rtol, atol)
+  return Case(spec.group, spec.name, spec.pass_, ctx.device, b.input, read + write, b.systems,
+              b.missing, floor_system(read, write, ctx.jax_device()), rtol, atol)
 
 
 def _first_line(e: BaseException) -> str:
@@ -168,22 +178,40 @@ def _first_line(e: BaseException) -> str:
   return text if len(text) <= 120 else text[:117] + "..."
 
 
-_FLOORS: dict[tuple[int, str], Any] = {}
+_FLOORS: dict[tuple[int, int, str], Any] = {}
 
 
-def floor_system(nbytes: int, device: Any) -> System:
-  """``x + 1`` over ``nbytes // 2`` uint8: reads and writes ``nbytes`` in all, on ``device``.
+def floor_system(read: int, write: int, device: Any) -> System:
+  """The memory floor: ``x + 1`` over uint8 that reads ``read`` bytes and writes ``write``.
 
-  The compiled executable is kept per (size, device), so cases of equal size share one.
+  Reading more than it writes, it keeps every k-th byte (k = read // write < 64 in every case
+  here, so every cache line is still read); writing more, it repeats each byte k = write // read
+  times. Matching the op's input and output sizes (not only their sum) matters on the CPU, where
+  a fresh output buffer over ~32 MB is mapped anew on every call and its page faults are part of
+  any op's time. The executable is kept per (read, write, device).
   """
-  x = jax.device_put(np.zeros(max(nbytes // 2, 1), np.uint8), device)
-  key = (x.size, str(device))
+  read, write = max(read, 1), max(write, 1)
+  if write <= read:
+    k = read // write
+    x = np.zeros(write * k, np.uint8)
+
+    def f(a: jax.Array) -> jax.Array:
+      return a.reshape(write, k)[:, 0] + jnp.uint8(1)
+  else:
+    k = write // read
+    x = np.zeros(read, np.uint8)
+
+    def f(a: jax.Array) -> jax.Array:
+      return jnp.broadcast_to(a[:, None], (read, k)).reshape(read * k) + jnp.uint8(1)
+
+  xd = jax.device_put(x, device)
+  key = (read, write, str(device))
   if key not in _FLOORS:
-    _FLOORS[key] = jax.jit(lambda a: a + jnp.uint8(1)).lower(x).compile()
+    _FLOORS[key] = jax.jit(f).lower(xd).compile()
   compiled = _FLOORS[key]
 
   def run() -> Any:
-    return jax.block_until_ready(compiled(x))
+    return jax.block_until_ready(compiled(xd))
 
   return System("copy floor", run)
 
@@ -216,8 +244,15 @@ def compare(ref: Any, out: Any, rtol: float, atol: float) -> tuple[bool, str]:
 
 
 def check(case: Case) -> None:
-  """Warm every system up once and label its agreement with jaxops (or the first system)."""
-  outs = {s.name: (s.view or _identity)(s.run()) for s in case.systems}
+  """Warm every system up once and label its agreement with jaxops (or the first system); a
+  system that raises is taken out of the case and listed as missing, with its error."""
+  outs = {}
+  for s in list(case.systems):
+    try:
+      outs[s.name] = (s.view or _identity)(s.run())
+    except Exception as e:  # noqa: BLE001 - e.g. out of device memory: report, go on
+      case.systems.remove(s)
+      case.missing.append((s.name, f"failed when run: {_first_line(e)}"))
   case.floor.run()
   if not outs:
     return

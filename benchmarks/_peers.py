@@ -12,6 +12,9 @@ import numpy as np
 from benchmarks._harness import Context, System
 from jaxops._dtypes import BY_ENUM, of_dtype
 
+ORT_NOT_ON_GPU = "the bench extra has the CPU build of onnxruntime only"
+ORT_NO_BACKWARD = "no backward pass (inference runtime)"
+
 
 def ort_system(op: str, feeds: dict[str, np.ndarray], *, node_inputs: Sequence[str],
                consts: dict[str, np.ndarray] | None = None, attrs: dict[str, Any] | None = None,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import Case
+from benchmarks._harness import GPU_BATCH, Case
 
 PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "onnx", "onnxruntime", "torch", "flax",
             "matplotlib")
@@ -101,7 +101,8 @@ def detail_table(results: Sequence[dict[str, Any]]) -> str:
 
 def case_text(r: dict[str, Any]) -> str:
   """The lines printed on stdout as soon as a case is measured."""
-  lines = [f"== {r['label']}  ({r['input']}; copy floor {_ms(r['floor_s'])} ms, {r['bytes_moved'] / 1e6:.3g} MB)"]
+  lines = [f"== {r['label']}  ({r['input']}; copy floor {_ms(r['floor_s'])} ms, "
+           f"{r['bytes_moved'] / 1e6:.3g} MB)"]
   for s in r["systems"]:
     extra = f"  [{s['note']}]" if s["note"] else ""
     comp = f"  compile/setup {_ms(s['compile_s'])} ms" if s["compile_s"] is not None else ""
@@ -186,50 +187,63 @@ METHOD = """\
 Each case is built once (JAX: lowered and compiled, reported as compile time; onnxruntime: one
 session, CPU execution provider, intra-op threads = --threads, spinning off, IO binding), run once
 to warm up and to check every peer's output against jaxops' (the tolerance depends on the output
-dtype; a peer whose semantics differ keeps its row, labelled). Then {reps} blocks: in each block
-every system, and the copy floor, runs {runs} + 1 times back to back and the first run is dropped;
+dtype; a peer whose semantics differ keeps its row, labelled). Then --reps blocks: in each block
+every system, and the copy floor, runs --runs + 1 times back to back and the first is dropped;
 systems are interleaved block by block (rotating order). Medians are reported. JAX results are
 synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`. Backward rows
 time the gradient of sum(op(x) ** 2) with respect to x, forward included: `jax.grad` under jit
 for jaxops, jax.image and flax; `torch.autograd.grad` of the same loss for torch.
-The copy floor is a jitted `x + 1` over a uint8 buffer of half the bytes the op must read and
-write (forward: input + output; backward: input + gradient), on the same device and in the same blocks:
-the time to move those bytes once. GB/s columns are those bytes over the median time.
+The copy floor is a jitted `x + 1` over uint8 that reads as many bytes as the op must read and
+writes as many as it must write (forward: input, output; backward: input, gradient), on the same
+device and in the same blocks: the time to move those bytes once. GB/s columns are those bytes
+(read + write) over the median time.
+On a GPU the resize and pool inputs have a batch {gpu_batch} times larger than on the CPU.
 The process is pinned to --threads CPUs (sched_setaffinity), which sizes XLA's CPU thread pool;
 torch uses torch.set_num_threads(--threads)."""
 
 
-def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]], reps: int, runs: int,
-             gpu_reason: str) -> str:
-  """The whole of RESULTS.md."""
+DEVICES = (("cpu", "CPU"), ("gpu", "GPU"))
+
+
+def _run_lines(run: dict[str, Any]) -> list[str]:
+  """Where and how one device's table was measured."""
+  meta = run["machine"]
   v = meta["versions"]
+  return [
+      f"- written by `{meta['command']}` on {meta['date']}; {run['reps']} blocks of "
+      f"{run['runs']} + 1 runs per system",
+      f"- {meta['cpu']}, {meta['logical_cpus']} logical CPUs, {meta['cpus_used']} used; "
+      f"{meta['platform']}; Python {meta['python']}; GPU: {meta['gpu'] or 'none'}",
+      f"- threads: {meta['threads']} (XLA CPU pool via CPU affinity, torch, onnxruntime intra-op)",
+      f"- load average (1/5/15 min) at the end of the run: {meta['load']} (a busy machine "
+      "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
+      "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),
+  ]
+
+
+def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
+  """The whole of RESULTS.md, from the latest run on each device (``runs[device]``)."""
   parts = [
       "# jaxops benchmarks",
       "",
-      f"Written by `{meta['command']}` on {meta['date']}. Do not edit by hand: run the command "
-      "(or `make bench`) again.",
-      "",
-      "## Machine",
-      "",
-      f"- {meta['cpu']}, {meta['logical_cpus']} logical CPUs, {meta['cpus_used']} used; "
-      f"{meta['platform']}; Python {meta['python']}",
-      f"- load average (1/5/15 min) at the end of the run: {meta['load']} (a busy machine "
-      "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
-      f"- threads: {meta['threads']} (XLA CPU pool via CPU affinity, torch, onnxruntime intra-op)",
-      "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),
-      f"- GPU: {meta['gpu'] or 'none'}",
+      "Written by `python -m benchmarks.run` (`make bench`); do not edit by hand. Each device's "
+      "table comes from the latest run on that device (kept in results-<device>.json beside "
+      "this file), so a run on a CUDA machine with `--device gpu` adds the GPU table and keeps "
+      "the CPU one.",
       "",
       "## Method",
       "",
-      METHOD.format(reps=reps, runs=runs),
+      METHOD.format(gpu_batch=GPU_BATCH),
   ]
-  for dev, title in (("cpu", "CPU"), ("gpu", "GPU")):
-    rows = [r for r in results if r["device"] == dev]
+  for dev, title in DEVICES:
     parts += ["", f"## {title}", ""]
-    if not rows:
-      parts.append(gpu_reason if dev == "gpu" else "No CPU case was run (see --only).")
+    if dev not in runs:
+      parts.append(gpu_reason if dev == "gpu" else "Not run (--device gpu).")
       continue
+    rows = runs[dev]["results"]
     parts += [
+        *_run_lines(runs[dev]),
+        "",
         "Ratios are jaxops time / peer time (< 1: jaxops faster). \"best peer\" is the fastest "
         "peer that ran, marked \"(differs)\" where its output is not jaxops' (see the labels "
         "below); \"best agreeing peer\" is the fastest whose output agrees with jaxops'.",
@@ -244,12 +258,19 @@ def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]], reps: int,
   return "\n".join(parts)
 
 
-def write(meta: dict[str, Any], results: Sequence[dict[str, Any]], out_dir: Path, reps: int,
-          runs: int, gpu_reason: str, json_path: Path | None) -> None:
-  """RESULTS.md and ratios.png into ``out_dir``; the raw records to ``json_path`` if given."""
+def write(meta: dict[str, Any], results: Sequence[dict[str, Any]], devices: Sequence[str],
+          out_dir: Path, reps: int, runs: int, gpu_reason: str, json_path: Path | None) -> None:
+  """Save this run's results per device, then RESULTS.md and ratios.png from the latest run on
+  every device found in ``out_dir``; the raw records of this run also to ``json_path``."""
   out_dir.mkdir(parents=True, exist_ok=True)
-  chart(results, out_dir / "ratios.png")
-  (out_dir / "RESULTS.md").write_text(markdown(meta, results, reps, runs, gpu_reason))
+  for dev in devices:
+    record = {"machine": meta, "reps": reps, "runs": runs,
+              "results": [r for r in results if r["device"] == dev]}
+    (out_dir / f"results-{dev}.json").write_text(json.dumps(record, indent=1) + "\n")
+  latest = {dev: json.loads((out_dir / f"results-{dev}.json").read_text())
+            for dev, _ in DEVICES if (out_dir / f"results-{dev}.json").exists()}
+  chart([r for run in latest.values() for r in run["results"]], out_dir / "ratios.png")
+  (out_dir / "RESULTS.md").write_text(markdown(latest, gpu_reason))
   if json_path is not None:
     json_path.write_text(json.dumps({"machine": meta, "reps": reps, "runs": runs,
                                      "results": list(results)}, indent=1))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._harness import Builder, Context, Spec, System
-from benchmarks._peers import ort_system, to_torch, torch_system
+from benchmarks._peers import ORT_NOT_ON_GPU, ort_system, to_torch, torch_system
 from jaxops._dtypes import BY_NAME
 
 CAST_OPSET = 21
@@ -43,7 +43,7 @@ def _input(ctx: Context) -> np.ndarray:
 
 
 def _build(c: CastCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     import jaxops
     x = _input(ctx)
     target = np.dtype(BY_NAME[c.to].dtype)
@@ -61,10 +61,10 @@ def _build(c: CastCase) -> Any:
 
       b.add("numpy", lambda: System("numpy", numpy_run), note=clip_note)
     else:
-      b.skip("onnxruntime", "the bench extra has the CPU build of onnxruntime only")
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
       b.skip("numpy", "host only")
     b.add("torch", lambda: _torch(c, x, ctx), note=clip_note)
-    return b, x.nbytes + x.size * target.itemsize, target
+    return b, (x.nbytes, x.size * target.itemsize), target
 
   return build
 

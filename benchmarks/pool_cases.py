@@ -15,7 +15,8 @@ import jax
 import numpy as np
 
 from benchmarks._harness import Builder, Context, Spec, grad_of_sum_of_squares
-from benchmarks._peers import ort_system, torch_forward, torch_grad
+from benchmarks._peers import (ORT_NO_BACKWARD, ORT_NOT_ON_GPU, ort_system, torch_forward,
+                              torch_grad)
 
 POOL_OPSET = 22
 
@@ -35,7 +36,7 @@ class PoolCase:
   backward: bool = True
 
   def input_shape(self, ctx: Context) -> tuple[int, ...]:
-    return (1, 2) + (9,) * len(self.kernel) if ctx.tiny else self.shape
+    return (1, 2) + (9,) * len(self.kernel) if ctx.tiny else ctx.sized(self.shape)
 
   @property
   def n(self) -> int:
@@ -135,7 +136,7 @@ def _channels_first(y: Any) -> np.ndarray:
 
 
 def _forward(c: PoolCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c.input_shape(ctx), ctx)
     b = Builder(ctx.jax_device(), x)
     b.add("jaxops", lambda: b.jax(_jaxops_fn(c), x))
@@ -148,7 +149,7 @@ def _forward(c: PoolCase) -> Any:
                                               attrs=attrs, opset=POOL_OPSET,
                                               threads=ctx.threads))
     else:
-      b.skip("onnxruntime", "the bench extra has the CPU build of onnxruntime only")
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
     op, why = _torch_op(c)
     b.add("torch", lambda: torch_forward(op, x, ctx) if op else None, note=why)
     f, why = _flax_fn(c)
@@ -161,16 +162,16 @@ def _forward(c: PoolCase) -> Any:
       return s
 
     b.add("flax", flax_system, note=why)
-    return b, x.nbytes + int(np.prod(c.out_shape(x.shape))) * 4, x.dtype
+    return b, (x.nbytes, int(np.prod(c.out_shape(x.shape))) * x.itemsize), x.dtype
 
   return build
 
 
 def _backward(c: PoolCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c.input_shape(ctx), ctx)
     b = Builder(ctx.jax_device(), x)
-    b.skip("onnxruntime", "no backward pass (inference runtime)")
+    b.skip("onnxruntime", ORT_NO_BACKWARD)
     b.add("jaxops", lambda: b.jax(grad_of_sum_of_squares(_jaxops_fn(c)), x))
     op, why = _torch_op(c)
     b.add("torch", lambda: torch_grad(op, x, ctx) if op else None, note=why)
@@ -185,7 +186,7 @@ def _backward(c: PoolCase) -> Any:
       return s
 
     b.add("flax", flax_system, note=why)
-    return b, 2 * x.nbytes, x.dtype
+    return b, (x.nbytes, x.nbytes), x.dtype
 
   return build
 
@@ -196,19 +197,19 @@ GLOBAL_SHAPE = (8, 512, 7, 7)
 def _global(backward: bool) -> Any:
   """GlobalAveragePool; flax has no global pool, so its row is avg_pool with the whole window."""
 
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     import jaxops
-    x = _input((1, 2, 7, 7) if ctx.tiny else GLOBAL_SHAPE, ctx)
+    x = _input((1, 2, 7, 7) if ctx.tiny else ctx.sized(GLOBAL_SHAPE), ctx)
     b = Builder(ctx.jax_device(), x)
     wrap = grad_of_sum_of_squares if backward else (lambda f: f)
     b.add("jaxops", lambda: b.jax(wrap(jaxops.global_average_pool), x))
     if backward:
-      b.skip("onnxruntime", "no backward pass (inference runtime)")
+      b.skip("onnxruntime", ORT_NO_BACKWARD)
     elif ctx.device == "cpu":
       b.add("onnxruntime", lambda: ort_system("GlobalAveragePool", {"x": x}, node_inputs=["x"],
                                               opset=POOL_OPSET, threads=ctx.threads))
     else:
-      b.skip("onnxruntime", "the bench extra has the CPU build of onnxruntime only")
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
 
     def torch_op(t: Any) -> Any:
       import torch
@@ -225,8 +226,8 @@ def _global(backward: bool) -> Any:
       return s
 
     b.add("flax", flax_system)
-    out = x.nbytes if backward else x.shape[0] * x.shape[1] * 4
-    return b, x.nbytes + out, x.dtype
+    out = x.nbytes if backward else x.shape[0] * x.shape[1] * x.itemsize
+    return b, (x.nbytes, out), x.dtype
 
   return build
 

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks._harness import Builder, Context, Spec, grad_of_sum_of_squares
-from benchmarks._peers import ort_system, torch_forward, torch_grad
+from benchmarks._peers import (ORT_NO_BACKWARD, ORT_NOT_ON_GPU, ort_system, torch_forward,
+                              torch_grad)
 
 RESIZE_OPSET = 19
 # torch's and jax.image's antialiased filters drop the taps past the border and renormalise the
@@ -43,7 +44,7 @@ class ResizeCase:
 
   def input_shape(self, ctx: Context) -> tuple[int, ...]:
     if not ctx.tiny:
-      return self.shape
+      return ctx.sized(self.shape)
     return (1, 2) + (8,) * (len(self.shape) - 2)
 
   def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -114,25 +115,25 @@ def _jax_image(c: ResizeCase, shape: tuple[int, ...]) -> tuple[Any, str]:
 
 
 def _torch_op(c: ResizeCase, rank: int) -> tuple[Any, str]:
-  """torch.nn.functional.interpolate with the matching mode, or an explanation why none."""
+  """(op, label) for torch.nn.functional.interpolate with the matching mode, or (None, why not)."""
   import torch
   spatial = rank - 2
   if c.mode == "linear":
     mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[spatial]
   elif c.mode == "cubic":
     if spatial != 2:
-      raise NotImplementedError("torch has bicubic for 4-D input only")
+      return None, "torch has bicubic for 4-D input only"
     mode = "bicubic"
   elif (c.ctm, c.nearest_mode) == ("asymmetric", "floor"):
     mode = "nearest"
   elif c.ctm == "half_pixel" and c.nearest_mode.startswith("round_prefer"):
     mode = "nearest-exact"
   else:
-    raise NotImplementedError(f"no torch nearest mode for {c.ctm} + {c.nearest_mode}")
+    return None, f"no torch nearest mode for {c.ctm} + {c.nearest_mode}"
   if c.ctm not in ("half_pixel", "align_corners", "asymmetric"):
-    raise NotImplementedError(f"torch has no coordinate_transformation_mode {c.ctm}")
+    return None, f"torch has no coordinate_transformation_mode {c.ctm}"
   if c.ctm == "asymmetric" and c.mode != "nearest":
-    raise NotImplementedError("torch has no asymmetric linear/cubic")
+    return None, "torch has no asymmetric linear/cubic"
   kwargs: dict[str, Any] = {}
   notes = [ANTIALIAS_NOTE] if c.antialias else []
   if mode == "nearest-exact" and c.nearest_mode != "round_prefer_ceil":
@@ -144,9 +145,8 @@ def _torch_op(c: ResizeCase, rank: int) -> tuple[Any, str]:
     kwargs["antialias"] = c.antialias
 
   def op(x: Any) -> Any:
-    out = torch.nn.functional.interpolate(x, size=c.out_shape(tuple(x.shape))[2:], mode=mode,
-                                          **kwargs)
-    return out
+    return torch.nn.functional.interpolate(x, size=c.out_shape(tuple(x.shape))[2:], mode=mode,
+                                           **kwargs)
 
   return op, "; ".join(notes)
 
@@ -167,45 +167,36 @@ def _ort(c: ResizeCase, x: np.ndarray, ctx: Context) -> Any:
 
 
 def _forward(c: ResizeCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c, ctx)
     b = Builder(ctx.jax_device(), x)
     b.add("jaxops", lambda: b.jax(_jaxops_fn(c, x.ndim), x))
     if ctx.device == "cpu":
       b.add("onnxruntime", lambda: _ort(c, x, ctx))
     else:
-      b.skip("onnxruntime", "the bench extra has the CPU build of onnxruntime only")
-    op, note = _torch_op_or_raise(c, x.ndim)
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
+    op, note = _torch_op(c, x.ndim)
     b.add("torch", lambda: torch_forward(op, x, ctx) if op else None, note=note)
     f, note = _jax_image(c, x.shape)
     b.add("jax.image", lambda: b.jax(f, x, note=note))
-    nbytes = x.nbytes + int(np.prod(c.out_shape(x.shape))) * x.dtype.itemsize
-    return b, nbytes, x.dtype
+    return b, (x.nbytes, int(np.prod(c.out_shape(x.shape))) * x.dtype.itemsize), x.dtype
 
   return build
 
 
 def _backward(c: ResizeCase) -> Any:
-  def build(ctx: Context) -> tuple[Builder, int, Any]:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     x = _input(c, ctx)
     b = Builder(ctx.jax_device(), x)
-    b.skip("onnxruntime", "no backward pass (inference runtime)")
+    b.skip("onnxruntime", ORT_NO_BACKWARD)
     b.add("jaxops", lambda: b.jax(grad_of_sum_of_squares(_jaxops_fn(c, x.ndim)), x))
-    op, note = _torch_op_or_raise(c, x.ndim)
+    op, note = _torch_op(c, x.ndim)
     b.add("torch", lambda: torch_grad(op, x, ctx) if op else None, note=note)
     f, note = _jax_image(c, x.shape)
     b.add("jax.image", lambda: b.jax(grad_of_sum_of_squares(f), x, note=note))
-    return b, 2 * x.nbytes, x.dtype
+    return b, (x.nbytes, x.nbytes), x.dtype
 
   return build
-
-
-def _torch_op_or_raise(c: ResizeCase, rank: int) -> tuple[Any, str]:
-  """(op, note), or (None, reason) where torch cannot express the case."""
-  try:
-    return _torch_op(c, rank)
-  except NotImplementedError as e:
-    return None, str(e)
 
 
 SPECS = tuple(

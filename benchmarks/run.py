@@ -39,7 +39,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                       "torch.set_num_threads, onnxruntime intra-op threads (default 2)")
   p.add_argument("--json", type=Path, default=None, help="also write the raw results here")
   p.add_argument("--out", type=Path, default=HERE,
-                 help="folder for RESULTS.md and ratios.png (default: benchmarks/)")
+                 help="folder for RESULTS.md, ratios.png and results-<device>.json (default: "
+                      "benchmarks/); RESULTS.md shows the latest run on each device found there")
   p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                  help="auto: CPU, plus GPU when one is present (default)")
   p.add_argument("--tiny", action="store_true", help="tiny sizes (the smoke test)")
@@ -122,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.device == "cpu" and gpu:
     gpu_reason = "Not run: --device cpu was given."
   meta = _report.machine(args.threads, argv, gpu)
-  _report.write(meta, results, args.out, args.reps, args.runs, gpu_reason, args.json)
+  _report.write(meta, results, devices[args.device], args.out, args.reps, args.runs, gpu_reason,
+                args.json)
   print()
   for device in devices[args.device]:
     rows = [r for r in results if r["device"] == device]

@@ -2,10 +2,14 @@
 
 Everything that depends only on static arguments (output lengths, the padding each window sees,
 the divisor of every output position) is computed once at trace time in NumPy, exactly as the
-ONNX specification writes it. The device work is a sum per window and a division by a static
-divisor: a reshape-sum where windows tile the input (stride == kernel, no padding, no
-dilation), otherwise one ``lax.reduce_window`` sum per pooled axis (an average window is a
-product of per-axis windows, so the sum is separable, and so is the divisor).
+ONNX specification writes it. The device work is a sum per window and a division by the static
+divisor. An average window is a product of per-axis windows, so the sum is separable (and so is
+the divisor): one pass per pooled axis, either shifted slices of a (length / stride, stride)
+reshape or a 1-D ``lax.reduce_window`` (both sums of the zero-padded input, linear, and
+transposed by JAX into passes of the same kind for the gradient).
+
+Every opset version of AveragePool maps onto these keywords (the versions differ only in which
+attributes exist), so no private keyword is needed; see jaxops/onnx/_registry.py.
 """
 
 from __future__ import annotations
@@ -217,12 +221,14 @@ def _average_pool(x: jax.Array, plan: tuple[_Axis, ...]) -> jax.Array:
   lead = x.ndim - len(plan)
   # Innermost axis first. Per axis, the faster of two ways to sum the windows (measured on CPU):
   # shifted slices of a (length / stride, stride) reshape where the windows tile the axis or the
-  # axis is the innermost strided one, else a 1-D reduce_window.
+  # axis is the innermost strided one (and the stride divides the length), else a 1-D
+  # reduce_window.
   for i in reversed(range(len(plan))):
     a = plan[i]
     if a.k == 1 and a.s == 1 and a.lo == 0 and a.hi == 0:
       continue
-    if (a.k == a.s and a.d == 1) or (i == len(plan) - 1 and a.s > 1):
+    tiled_or_inner = (a.k == a.s and a.d == 1) or (i == len(plan) - 1 and a.s > 1)
+    if tiled_or_inner and x.shape[lead + i] % a.s == 0:
       x = _taps_sum(x, lead + i, a)
     else:
       x = _window_sum(x, lead + i, a)
@@ -244,20 +250,23 @@ def _taps_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
 
   Tap ``j`` of window ``o`` reads input position ``o * s + m`` with ``m = j * d - lo``; with
   ``m = q * s + r`` that is row ``o + q``, column ``r`` of the reshaped axis. Rows outside the
-  input are zeros (a pad of the output-sized slice, which XLA fuses into the sum).
+  input are zeros: a pad of the output-sized slice, which XLA fuses into the sum. The caller
+  ensures ``s`` divides the length (the reshape is then free).
   """
   s = a.s
-  last = (a.out - 1) * s + (a.k - 1) * a.d - a.lo + 1  # one past the last position read
-  n = -(-max(last, 1) // s) * s
-  x = _pad_axis(x, axis, 0, n - x.shape[axis])
-  rows = n // s
+  rows = x.shape[axis] // s
   if s > 1:
     x = x.reshape(x.shape[:axis] + (rows, s) + x.shape[axis + 1:])
   terms = []
   for j in range(a.k):
     q, r = divmod(j * a.d - a.lo, s)
+    if q >= rows or q + a.out <= 0:
+      continue  # this tap reads only padding in every window
     col = lax.index_in_dim(x, r, axis=axis + 1, keepdims=False) if s > 1 else x
     terms.append(_pad_axis(col, axis, -q, a.out - rows + q))
+  if not terms:
+    shape = list(x.shape[:axis]) + [a.out] + list(x.shape[axis + (2 if s > 1 else 1):])
+    return jnp.zeros(shape, x.dtype)
   return functools.reduce(operator.add, terms)
 
 

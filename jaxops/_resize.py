@@ -21,7 +21,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxops import _checks
-from jaxops._resize_kernel import apply_taps
+from jaxops import _resize_kernel
 
 _OP = "resize"
 
@@ -243,6 +243,15 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
   out_shape = list(shape)
   for p in plans_all:
     out_shape[p.axis] = p.out_len
+  # Options a mode does not read are canonicalised, so that they do not split the jit cache.
+  if m is not Mode.NEAREST:
+    nearest = NearestMode.ROUND_PREFER_FLOOR
+  if m is not Mode.CUBIC:
+    a = -0.75
+  if m is Mode.NEAREST:
+    exclude_outside = False
+  if coord is not CoordinateTransformationMode.TF_CROP_AND_RESIZE:
+    extrap = 0.0
   cfg = _Config(tuple(plans), tuple(out_shape), m, coord, nearest, a, exclude_outside, extrap,
                 antialias, bool(_resize10))
   _check_dtype(x.dtype, m)
@@ -456,26 +465,44 @@ def _resize_jit(x: jax.Array, roi: jax.Array | None, cfg: _Config) -> jax.Array:
   if any(d == 0 for d in cfg.out_shape) or x.size == 0:
     return jnp.zeros(cfg.out_shape, x.dtype)
   in_dtype = x.dtype
-  if cfg.mode is Mode.NEAREST:
-    y = x
+  nearest = cfg.mode is Mode.NEAREST
+  y = x if nearest else x.astype(_compute_dtype(in_dtype))
+  if roi is None:
+    y = _static_passes(y, cfg)
+  else:
     for p in cfg.plans:
-      y = _nearest_axis(y, p, cfg, roi)
-    return y
-  ct = _compute_dtype(in_dtype)
-  y = x.astype(ct)
-  for p in cfg.plans:
-    y = _interp_axis(y, p, cfg, roi)
-  if jnp.issubdtype(in_dtype, jnp.integer):
+      y = _traced_pass(y, p, cfg, roi)
+  if not nearest and jnp.issubdtype(in_dtype, jnp.integer):
     info = jnp.iinfo(in_dtype)
     y = jnp.clip(jnp.round(y), info.min, info.max)
   return y.astype(in_dtype)
 
 
-def _apply_taps(y: jax.Array, axis: int, idx: np.ndarray, w: np.ndarray) -> jax.Array:
-  # The plain kernel broadcasts its weights by rank promotion; allow it whatever the caller's
-  # jax_numpy_rank_promotion setting (a no-op for kernels that do not rely on it).
-  with jax.numpy_rank_promotion("allow"):
-    return apply_taps(y, axis, idx, w)
+def _static_passes(y: jax.Array, cfg: _Config) -> jax.Array:
+  """All resized axes with static tables: the kernel's separable passes, then extrapolation.
+
+  Masking every extrapolated position after all passes equals masking after each pass: a pass
+  along one axis never mixes positions of another axis.
+  """
+  tables = [(p, *_static_table(cfg, p)) for p in cfg.plans]
+  if jnp.issubdtype(y.dtype, jnp.floating):
+    passes = [(p.axis, idx, w) for p, idx, w, _ in tables]
+    separable = getattr(_resize_kernel, "apply_separable", None)
+    # The plain kernel broadcasts its weights by rank promotion: allow it whatever the caller's
+    # jax_numpy_rank_promotion setting (a no-op for kernels that do not rely on it).
+    with jax.numpy_rank_promotion("allow"):
+      if separable is not None and len(passes) > 1:
+        y = separable(y, passes)
+      else:
+        for axis, idx, w in passes:
+          y = _resize_kernel.apply_taps(y, axis, idx, w)
+  else:  # mode="nearest" on integers, bool, complex: an exact gather
+    for p, idx, _, _ in tables:
+      y = jnp.take(y, jnp.asarray(idx[:, 0]), axis=p.axis, mode="clip")
+  for p, _, _, mask in tables:
+    if mask is not None and mask.any():
+      y = _extrapolate(y, p.axis, mask, cfg.extrapolation_value)
+  return y
 
 
 def _extrapolate(y: jax.Array, axis: int, mask: Any, value: float) -> jax.Array:
@@ -494,29 +521,11 @@ def _fill_value(value: float, dtype: Any) -> Any:
   return jnp.asarray(value, dtype)
 
 
-def _nearest_axis(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array | None) -> jax.Array:
-  if roi is None:
-    idx, w, mask = _static_table(cfg, p)
-    if mask is not None and bool(mask.all()):
-      shape = list(y.shape)
-      shape[p.axis] = p.out_len
-      return jnp.full(shape, _fill_value(cfg.extrapolation_value, y.dtype), y.dtype)
-    if jnp.issubdtype(y.dtype, jnp.floating):
-      y = _apply_taps(y, p.axis, idx, w)
-    else:
-      y = jnp.take(y, jnp.asarray(idx[:, 0]), axis=p.axis, mode="clip")
-  else:
+def _traced_pass(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array) -> jax.Array:
+  """One axis with a traced roi: tables from jnp, a take-and-sum gather (grads reach roi)."""
+  if cfg.mode is Mode.NEAREST:
     idx, _, mask = _traced_table(cfg, p, roi, jnp.result_type(float))
     y = jnp.take(y, idx[:, 0], axis=p.axis, mode="clip")
-  if mask is not None:
-    y = _extrapolate(y, p.axis, mask, cfg.extrapolation_value)
-  return y
-
-
-def _interp_axis(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array | None) -> jax.Array:
-  if roi is None:
-    idx, w, mask = _static_table(cfg, p)
-    y = _apply_taps(y, p.axis, idx, w)
   else:
     idx, w, mask = _traced_table(cfg, p, roi, y.dtype)
     out, k = idx.shape
@@ -526,9 +535,7 @@ def _interp_axis(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array | None) ->
     taps = taps.reshape(shape)
     wshape = (1,) * p.axis + (out, k) + (1,) * (y.ndim - p.axis - 1)
     y = jnp.sum(taps * w.astype(y.dtype).reshape(wshape), axis=p.axis + 1)
-  if mask is not None:
-    y = _extrapolate(y, p.axis, mask, cfg.extrapolation_value)
-  return y
+  return _extrapolate(y, p.axis, mask, cfg.extrapolation_value)
 
 
 def _traced_table(cfg: _Config, p: _Axis, roi: jax.Array, dtype: Any) -> tuple[Any, Any, Any]:

@@ -53,11 +53,14 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
       assert r["jaxops_s"] is not None, (r["label"], r["missing"])
       assert r["ratio_floor"] is not None
     assert r["floor_s"] is not None and r["bytes_moved"] > 0
-    assert all(s["agreement"] for s in r["systems"]), r["label"]
+    for s in r["systems"]:  # every peer was compared; one that differs must say why
+      assert s["agreement"].startswith(("agrees", "DIFFERS", "reference")), (r["label"], s)
+      assert s["agrees"] or s["note"], (r["label"], s["name"], s["agreement"])
   text = (out / "RESULTS.md").read_text()
-  for heading in ("## Machine", "## Method", "## CPU", "## GPU", "ratios.png"):
+  for heading in ("## Method", "## CPU", "## GPU", "load average", "ratios.png"):
     assert heading in text
   assert (out / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert json.loads((out / "results-cpu.json").read_text())["results"] == results
   after = committed.read_bytes() if committed.exists() else None
   assert before == after, "the smoke run must not write into the repository"
 
@@ -93,3 +96,18 @@ def test_compare_labels_nan_places_shapes_and_tolerance() -> None:
   assert _harness.compare(ref, np.array([1.03, np.nan, np.inf, 4.0]), 0.01, 0.0)[0]
   assert not _harness.compare(ref, np.array([1.05, np.nan, np.inf, 4.0]), 0.01, 0.0)[0]
   assert _harness.compare(ref, ref[:3], 0.0, 0.0) == (False, "shape (3,) vs (4,)")
+
+
+def test_check_lists_a_system_that_fails_when_run_as_missing() -> None:
+  def boom() -> None:
+    raise RuntimeError("out of memory")
+
+  ok = _harness.System("jaxops", lambda: np.ones(3))
+  case = _harness.Case("G", "n", "fwd", "cpu", "3 float64", 48,
+                       [ok, _harness.System("torch", boom),
+                        _harness.System("flax", lambda: np.array([1.0, 1.0, 2.0]))], [],
+                       _harness.System("copy floor", lambda: None), 0.0, 0.0)
+  _harness.check(case)
+  assert [s.name for s in case.systems] == ["jaxops", "flax"]
+  assert case.missing == [("torch", "failed when run: RuntimeError: out of memory")]
+  assert (ok.agreement, case.systems[1].agrees) == ("reference", False)

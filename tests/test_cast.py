@@ -447,34 +447,61 @@ def test_string_errors():
 # --- transformations -----------------------------------------------------------------------------
 
 
-def test_jit_vmap_eager_agree_and_jit_does_not_retrace():
+def _e8m0_nearest_saturate(x):
+  """Cast-24, float8e8m0, nearest (ties up), saturate, for finite x > 0: x = m * 2**e with m in
+  [1, 2) gives 2**e, or 2**(e + 1) when m >= 1.5; then clamped to [2**-127, 2**127]."""
+  m, e = np.frexp(_f64(x))  # m in [0.5, 1)
+  return np.clip(np.exp2(e - 1 + (m >= 0.75)), 2.0**-127, 2.0**127).astype(E8M0)
+
+
+def test_jit_vmap_eager_against_oracles_and_jit_does_not_retrace():
   x = _random_f32_bits(512, 9).reshape(8, 64)
+  fnuz = ml_dtypes.float8_e4m3fnuz
+  want_fnuz = np.clip(_f64(x), -240.0, 240.0).astype(fnuz)  # Cast-24: clamp, then round
+  pos = np.abs(_random_f32_bits(800, 19))
+  pos = pos[np.isfinite(pos) & (pos > 0)][:8 * 50].reshape(8, 50)
+  table = np.array([np.nan if w == "nan" else float(w) for w in _E8M0_WANT["nearest", True]])
+  e = np.concatenate([np.tile(_E8M0_X, (8, 1)), pos], axis=1)
+  want_e8m0 = np.concatenate([np.tile(table, (8, 1)).astype(E8M0), _e8m0_nearest_saturate(pos)],
+                             axis=1)
   traces = []
 
-  def f(v):
+  def f(v, w):
     traces.append(1)
-    return jaxops.cast(v, "FLOAT8E4M3FNUZ"), jaxops.cast(v, "FLOAT8E8M0", round_mode="nearest")
+    return jaxops.cast(v, "FLOAT8E4M3FNUZ"), jaxops.cast(w, "FLOAT8E8M0", round_mode="nearest")
 
-  eager = f(x)
+  eager = f(x, e)
   jitted = jax.jit(f)
   for _ in range(3):
-    got = jitted(x)
+    got = jitted(x, e)
   assert len(traces) == 2  # one eager call, one trace for three jitted calls
-  mapped = jax.vmap(f)(x)
-  for e, j, m in zip(eager, got, mapped):
-    assert_same(j, e)
-    assert_same(m, e)
-  assert_same(jax.vmap(lambda v: jaxops.cast(v, "INT4"))(np.arange(-9, 7.0).reshape(4, 4)),
-              jaxops.cast(np.arange(-9, 7.0).reshape(4, 4), "INT4"))
+  mapped = jax.vmap(f)(x, e)
+  for results in (eager, got, mapped, jax.jit(jax.vmap(f))(x, e)):
+    assert_same(results[0], want_fnuz)
+    assert_same(results[1], want_e8m0)
+  ints = np.arange(-9, 7.0).reshape(4, 4)
+  want = _wrap(np.arange(-9, 7), 4, True).reshape(4, 4).astype(ml_dtypes.int4)
+  g = lambda v: jaxops.cast(v, "INT4")  # noqa: E731
+  for got in (g(ints), jax.jit(g)(ints), jax.vmap(g)(ints)):
+    assert_same(got, want)
 
 
 def test_cast_like_reads_only_the_dtype():
   like = np.zeros((5, 5), ml_dtypes.float8_e5m2)
   x = np.array([1e6, 0.3], np.float32)
-  assert_same(jaxops.cast_like(x, like), jaxops.cast(x, "FLOAT8E5M2"))
-  assert_same(jaxops.cast_like(x, like, saturate=False), np.array([np.inf, 0.3]).astype(like.dtype))
-  f = jax.jit(lambda a, b: jaxops.cast_like(a, b))
-  assert_same(f(np.array([1.7, -2.7]), np.zeros(3, np.int32)), np.array([1, -2], np.int32))
+  want = np.clip(_f64(x), -57344.0, 57344.0).astype(like.dtype)  # saturate: 1e6 -> max
+  want_nosat = np.array([np.inf, 0.3]).astype(like.dtype)
+  f = lambda a, **kw: jaxops.cast_like(a, like, **kw)  # noqa: E731
+  for run in (f, jax.jit(f, static_argnames="saturate"), jax.vmap(f)):
+    assert_same(run(x), want)
+  for run in (f, jax.jit(f, static_argnames="saturate")):
+    assert_same(run(x, saturate=False), want_nosat)
+  assert_same(jax.vmap(lambda a: f(a, saturate=False))(x), want_nosat)
+  assert_same(f(x), jaxops.cast(x, "FLOAT8E5M2"))  # besides the oracle: cast_like is cast
+  h = lambda a, b: jaxops.cast_like(a, b)  # noqa: E731
+  a, b = np.array([1.7, -2.7]), np.zeros(3, np.int32)  # float -> int truncates toward zero
+  for run in (h, jax.jit(h), jax.vmap(h, in_axes=(0, None))):
+    assert_same(run(a, b), np.array([1, -2], np.int32))
   assert_same(jaxops.cast_like([1, 2], np.zeros(1, np.float16)), np.array([1, 2], np.float16))
 
 
@@ -502,13 +529,15 @@ def test_gradient_is_the_cotangent_cast_back():
 def test_non_float_casts_have_zero_or_no_gradient():
   x = np.array([1.5, -2.5, 0.0], np.float32)
 
-  def f(v):  # d/dv sum(cast(cast(v, d), float) * v) = cast(cast(v, d), float): the cast adds 0
-    return sum(jnp.sum(jaxops.cast(jaxops.cast(v, d), "FLOAT") * v)
-               for d in ("INT32", "INT4", "BOOL", "UINT8"))
+  def f(v):  # d/dv sum(cast(cast(u, d), float) * v) = cast(cast(u, d), float): the cast adds 0
+    return sum(jnp.sum(jaxops.cast(jaxops.cast(u, d), "FLOAT") * v)
+               for u, d in ((v, "INT32"), (v, "INT4"), (v, "BOOL"), (jnp.abs(v), "UINT8")))
 
-  want = sum(np.asarray(jaxops.cast(jaxops.cast(x, d), "FLOAT"))
-             for d in ("INT32", "INT4", "BOOL", "UINT8"))
-  np.testing.assert_array_equal(jax.jit(jax.grad(f))(x), want)
+  # by hand: INT32 truncates [1, -2, 0]; INT4 rounds half to even [2, -2, 0]; BOOL [1, 1, 0];
+  # UINT8 of |x| (negative -> unsigned is undefined in ONNX) truncates [1, 2, 0].
+  want = np.array([1 + 2 + 1 + 1, -2 - 2 + 1 + 2, 0], np.float32)
+  for grad in (jax.grad(f), jax.jit(jax.grad(f))):
+    np.testing.assert_array_equal(grad(x), want)
   with pytest.raises(TypeError, match="grad requires real- or complex-valued inputs"):
     jax.grad(lambda v: jnp.sum(jaxops.cast(v, "FLOAT")))(np.array([1, 2], np.int32))
 

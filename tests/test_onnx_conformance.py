@@ -33,7 +33,14 @@ def test_node_case(case):
   conformance.check(case)
 
 
-def test_every_prefix_has_cases():
-  names = [c.name for c in conformance.cases()]
-  for prefix in conformance.PREFIXES:
-    assert any(n.startswith(prefix) for n in names), prefix
+# The number of cases onnx 1.23.2 has per op: a shrinking count would hide lost coverage.
+CASE_COUNTS = {"cast": 60, "castlike": 112, "constantofshape": 3, "resize": 39, "upsample": 1,
+               "averagepool": 20, "globalaveragepool": 1}
+
+
+def test_case_counts():
+  counts: dict[str, int] = {}
+  for case in conformance.cases():
+    op = conformance.op_of(case.name)
+    counts[op] = counts.get(op, 0) + 1
+  assert counts == CASE_COUNTS

@@ -224,18 +224,21 @@ def test_traced_scales_is_a_clear_type_error():
 
 def test_same_static_configuration_is_traced_once(monkeypatch):
   traces = []
-  inner = _resize._interp_axis
+  inner = _resize._static_passes
 
   def counting(*args, **kwargs):
     traces.append(1)  # runs only while _resize_jit traces
     return inner(*args, **kwargs)
 
-  monkeypatch.setattr(_resize, "_interp_axis", counting)
+  monkeypatch.setattr(_resize, "_static_passes", counting)
   x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
   for _ in range(3):
-    jaxops.resize(x, sizes=[41], axes=[1], mode="linear", cubic_coeff_a=-0.61)  # new objects
+    jaxops.resize(x, sizes=[41], axes=[1], mode="cubic", cubic_coeff_a=-0.61)  # new objects
   assert len(traces) == 1
-  jaxops.resize(x, sizes=[42], axes=[1], mode="linear", cubic_coeff_a=-0.61)
+  jaxops.resize(x, sizes=np.array([41]), axes=(-1,), mode="cubic", cubic_coeff_a=-0.61,
+                nearest_mode="ceil")  # equal configuration (nearest_mode unused by cubic)
+  assert len(traces) == 1
+  jaxops.resize(x, sizes=[42], axes=[1], mode="cubic", cubic_coeff_a=-0.61)
   assert len(traces) == 2  # a new configuration traces once more
 
 
@@ -391,3 +394,26 @@ def test_deviation_exclude_outside_with_nearest_is_ignored():
   assert got[-1] == 30.0
   ref = _reference(kw, X4, scales=np.array([2.0], np.float32))
   assert ref[-1] == 0.0
+
+
+def test_deviation_output_length_ignores_roi():
+  # Spec summary: floor(input_dimension * (roi_end - roi_start) * scale). The roi input "only
+  # takes effect" in tf_crop_and_resize's coordinates; ONNX shape inference, the reference and
+  # onnxruntime all give floor(scale * length), and so does jaxops (a traced roi cannot decide a
+  # shape). scale 1 on length 4 with roi [0, 0.5] stays 4 samples of the first half.
+  got = _r(X4, scales=[1.0], roi=[0.0, 0.5], mode="linear",
+           coordinate_transformation_mode="tf_crop_and_resize")
+  np.testing.assert_allclose(got, [0, 5, 10, 15])  # x_original = y * 0.5 * 3 / 3
+
+
+def test_deviation_infinity_is_kept():
+  # Nearest copies the pixel. The reference multiplies a zero weight into the infinity of the
+  # other tap of its two-tap nearest window (NaN), and its saturate_cast clips inf to the
+  # largest finite float.
+  x = np.array([np.inf, 1.0], np.float32)
+  got = _r(x, scales=[2.0], coordinate_transformation_mode="asymmetric")
+  np.testing.assert_array_equal(got, [np.inf, np.inf, 1, 1])
+  with np.errstate(invalid="ignore"):
+    ref = _reference(dict(mode="nearest", coordinate_transformation_mode="asymmetric"), x,
+                     scales=np.array([2.0], np.float32))
+  assert np.isnan(ref[0]) and ref[1] == np.finfo(np.float32).max

@@ -312,18 +312,21 @@ for _v in (11, 13, 18, 19):
 
 
 # --- AveragePool / GlobalAveragePool ------------------------------------------------------------
-# Version differences are attribute sets only: count_include_pad from 7, ceil_mode from 10,
-# dilations from 19, bfloat16 from 22. Every version's auto_pad output lengths equal the
-# newest formulas (see docs/DEVIATIONS.md, AveragePool, for AveragePool-11's text).
+# Version differences are attribute sets: count_include_pad from 7, ceil_mode from 10,
+# dilations from 19; and input types: bfloat16 from 22 (AveragePool and GlobalAveragePool), read
+# from onnx's schema as for Cast. Every version's auto_pad output lengths equal the newest
+# formulas (see docs/DEVIATIONS.md, AveragePool, for AveragePool-11's text).
 
 _POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "pads", "strides"),
                7: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad"),
                10: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad",
                     "ceil_mode")}
+_POOL_ATTRS[11] = _POOL_ATTRS[10]
+_POOL_ATTRS[19] = _POOL_ATTRS[22] = _POOL_ATTRS[10] + ("dilations",)
 
 
 def _average_pool(version: int) -> Adapt:
-  allowed = _POOL_ATTRS.get(version, _POOL_ATTRS[10] + ("dilations",))
+  allowed = _POOL_ATTRS[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops._pool import average_pool
@@ -334,6 +337,7 @@ def _average_pool(version: int) -> Adapt:
                        f"takes {sorted(allowed)}")
     if "kernel_shape" not in attrs:
       raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
+    _check_type("AveragePool", version, "T", "input", _type_name(inputs[0]))
     return [average_pool(
         inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
         pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
@@ -348,10 +352,17 @@ for _v in (1, 7, 10, 11, 19, 22):
   register("AveragePool", _v)(_average_pool(_v))
 
 
-@register("GlobalAveragePool", 1, 22)
-def _global_average_pool(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-  from jaxops._pool import global_average_pool
+def _global_average_pool(version: int) -> Adapt:
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._pool import global_average_pool
 
-  return [global_average_pool(inputs[0])]
+    _check_type("GlobalAveragePool", version, "T", "input", _type_name(inputs[0]))
+    return [global_average_pool(inputs[0])]
+
+  return adapt
+
+
+for _v in (1, 22):
+  register("GlobalAveragePool", _v)(_global_average_pool(_v))
 
 

@@ -56,12 +56,17 @@ def check(case: Any) -> None:
 def assert_outputs_equal(expected: Sequence[np.ndarray], got: Sequence[np.ndarray], *,
                          rtol: float = 1e-3, atol: float = 1e-7) -> None:
   """ONNX's criteria: dtype and shape equal; exact for integer/bool/narrow types; else close."""
-  assert len(expected) == len(got), f"{len(got)} outputs, expected {len(expected)}"
+  # Explicit raises, not asserts: `python -O -m jaxops conformance` must still judge.
+  if len(expected) != len(got):
+    raise AssertionError(f"{len(got)} outputs, expected {len(expected)}")
   for i, (e, g) in enumerate(zip(expected, got)):
-    assert g.dtype == e.dtype, f"output {i}: dtype {g.dtype}, expected {e.dtype}"
-    assert g.shape == e.shape, f"output {i}: shape {g.shape}, expected {e.shape}"
+    if g.dtype != e.dtype:
+      raise AssertionError(f"output {i}: dtype {g.dtype}, expected {e.dtype}")
+    if g.shape != e.shape:
+      raise AssertionError(f"output {i}: shape {g.shape}, expected {e.shape}")
     if e.dtype == object:
-      assert e.tolist() == g.tolist(), f"output {i}: {g.tolist()} != {e.tolist()}"
+      if e.tolist() != g.tolist():
+        raise AssertionError(f"output {i}: {g.tolist()} != {e.tolist()}")
     elif _dtypes.of_dtype(e.dtype).name in _dtypes.EXACT_NAMES:
       np.testing.assert_array_equal(g.astype(np.float64) if _narrow(e) else g,
                                     e.astype(np.float64) if _narrow(e) else e,
@@ -72,14 +77,16 @@ def assert_outputs_equal(expected: Sequence[np.ndarray], got: Sequence[np.ndarra
 
 
 def _narrow(a: np.ndarray) -> bool:
-  return a.dtype.itemsize == 1 and a.dtype.kind == "V" or a.dtype.name.startswith(
-      ("float8", "float4", "float6", "int4", "uint4", "int2", "uint2"))
+  """ml_dtypes types, compared through float64 (NaN positions must match)."""
+  return a.dtype.name.startswith(("float8", "float4", "float6", "int4", "uint4", "int2", "uint2"))
 
 
-def summary() -> dict[str, tuple[int, int]]:
-  """op -> (passed, total) over the ONNX node cases."""
+def summary(only: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
+  """op -> (passed, total) over the ONNX node cases (of the ops in ``only``, if given)."""
   out: dict[str, list[int]] = {}
   for case in cases():
+    if only and op_of(case.name) not in only:
+      continue
     tally = out.setdefault(op_of(case.name), [0, 0])
     tally[1] += 1
     try:

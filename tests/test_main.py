@@ -1,0 +1,45 @@
+"""`python -m jaxops info | conformance`, run as a user would, in a subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("onnx")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+  return subprocess.run([sys.executable, "-m", "jaxops", *args], capture_output=True, text=True,
+                        timeout=300)
+
+
+def test_info_lists_every_version_of_every_op():
+  proc = _run("info")
+  assert proc.returncode == 0, proc.stderr
+  rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()
+          if line[:1].isupper() and not line.startswith("ONNX")}
+  # The versions ONNX defines (onnx 1.23.2), each starred when jaxops implements it.
+  assert rows["Cast"] == [f"{v}*" for v in (1, 6, 9, 13, 19, 21, 23, 24, 25, 28)]
+  assert rows["CastLike"] == [f"{v}*" for v in (15, 19, 21, 23, 24, 25)]
+  assert rows["ConstantOfShape"] == [f"{v}*" for v in (9, 20, 21, 23, 24, 25)]
+  assert rows["Resize"] == [f"{v}*" for v in (10, 11, 13, 18, 19)]
+  assert rows["Upsample"] == ["1", "7*", "9*", "10*"]
+  assert rows["AveragePool"] == [f"{v}*" for v in (1, 7, 10, 11, 19, 22)]
+  assert rows["GlobalAveragePool"] == ["1*", "22*"]
+
+
+def test_conformance_counts_and_exit_code():
+  proc = _run("conformance", "--only", "constantofshape", "globalaveragepool")
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  lines = [line.split() for line in proc.stdout.splitlines()]
+  assert ["constantofshape", "3", "/", "3"] in lines
+  assert ["globalaveragepool", "1", "/", "1"] in lines
+  assert ["all", "4", "/", "4"] in lines
+
+
+def test_conformance_rejects_unknown_op():
+  proc = _run("conformance", "--only", "relu")
+  assert proc.returncode == 2
+  assert "--only takes" in proc.stderr and "'relu'" in proc.stderr

@@ -1,0 +1,365 @@
+"""jaxops.resize against independent implementations on seeded random configurations.
+
+* onnx.reference (Resize-19) on 300 random configurations: rank 1-5, axes subsets in any order
+  (negative too), every mode, coordinate mode and nearest mode, scales and sizes (with every
+  keep_aspect_ratio_policy), roi and extrapolation, antialias, exclude_outside, cubic_coeff_a,
+  and float16/bfloat16/float32/float64/uint8/int8/int32 inputs. Exact for nearest, within the
+  rounding of the dtype otherwise.
+* onnxruntime on Resize-10 and Resize-11 models run through jaxops.onnx.Backend.
+
+Configurations that hit a documented deviation (docs/DEVIATIONS.md, pinned in test_resize.py)
+are drawn but not compared here: pytorch_half_pixel / tf_crop_and_resize with an output length
+of 1, align_corners / tf_crop_and_resize with a keep_aspect_ratio_policy, and source coordinates
+that the reference computes one rounding step off an integer (or a nearest tie).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import jaxops  # noqa: E402
+from jaxops import _dtypes  # noqa: E402
+
+COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+          "asymmetric", "tf_crop_and_resize")
+NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+DTYPES = ("float32", "float32", "float64", "float16", "bfloat16", "uint8", "int8", "int32")
+# Relative tolerance per dtype for linear/cubic (nearest is exact). The reference computes the
+# cubic weights in float32 (its `A` is the float32 attribute), hence 2e-6 for float64 cubic.
+RTOL = {"float64": 1e-9, "float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
+N_REFERENCE = 360  # of which at least 300 are compared (the rest are deviation cases)
+
+
+def _np_dtype(name: str) -> np.dtype:
+  return np.dtype(getattr(__import__("ml_dtypes"), name)) if name == "bfloat16" else np.dtype(name)
+
+
+def _config(seed: int) -> dict:
+  rng = np.random.default_rng(seed)
+  rank = int(rng.integers(1, 6))
+  shape = [int(rng.integers(1, 6)) for _ in range(rank)]
+  while np.prod(shape) > 150:
+    i = int(rng.integers(rank))
+    shape[i] = max(1, shape[i] - 2)
+  cfg: dict = {"shape": shape}
+  if rng.random() < 0.5:
+    k = int(rng.integers(1, rank + 1))
+    axes = [int(a) for a in rng.permutation(rank)[:k]]
+    cfg["ref_axes"] = axes  # onnx.reference rejects negative axes; jaxops gets some
+    cfg["axes"] = [a - rank if rng.random() < 0.3 else a for a in axes]
+  ax = cfg.get("ref_axes", list(range(rank)))
+  n = len(ax)
+  cfg["mode"] = str(rng.choice(["nearest", "linear", "cubic"]))
+  cfg["coord"] = str(rng.choice(COORDS))
+  cfg["nearest_mode"] = str(rng.choice(NEAREST))
+  # Attributes are float32 in ONNX.
+  cfg["a"] = float(np.float32(rng.choice([-0.75, -0.5, round(float(rng.uniform(-1, 0)), 3)])))
+  cfg["antialias"] = bool(cfg["mode"] != "nearest" and rng.random() < 0.4)
+  cfg["exclude"] = bool(cfg["mode"] != "nearest" and rng.random() < 0.3)
+  cfg["extrap"] = float(np.float32(np.round(rng.uniform(-3, 3), 2)))
+  if rng.random() < 0.5:
+    scales = []
+    for i in range(n):
+      while True:
+        v = float(np.float32(rng.choice([0.5, 2, 3, 1, 1.5, 0.75,
+                                         round(float(rng.uniform(0.3, 3.5)), 2)])))
+        if math.floor(v * shape[ax[i]]) >= 1:
+          break
+      scales.append(v)
+    cfg["scales"] = scales
+  else:
+    cfg["sizes"] = [int(rng.integers(1, 8)) for _ in range(n)]
+    if rng.random() < 0.5:
+      cfg["policy"] = str(rng.choice(["stretch", "not_larger", "not_smaller"]))
+  if cfg["coord"] == "tf_crop_and_resize":
+    start = rng.integers(-2, 6, size=n) / 8  # eighths: exact in float32
+    end = start + rng.integers(1, 8, size=n) / 8
+    cfg["roi"] = [float(v) for v in np.concatenate([start, end])]
+  cfg["dtype"] = str(rng.choice(DTYPES))
+  cfg["x"] = _data(rng, shape, _np_dtype(cfg["dtype"]))
+  return cfg
+
+
+def _data(rng: np.random.Generator, shape: list[int], dt: np.dtype) -> np.ndarray:
+  if dt.kind in "iu":
+    info = np.iinfo(dt)
+    return rng.integers(max(info.min, -100), min(info.max, 255) + 1, size=shape).astype(dt)
+  return rng.standard_normal(shape).astype(dt)
+
+
+def _model(cfg: dict) -> onnx.ModelProto:
+  attrs = dict(mode=cfg["mode"], coordinate_transformation_mode=cfg["coord"],
+               nearest_mode=cfg["nearest_mode"], cubic_coeff_a=cfg["a"],
+               antialias=int(cfg["antialias"]), exclude_outside=int(cfg["exclude"]),
+               extrapolation_value=cfg["extrap"])
+  if "ref_axes" in cfg:
+    attrs["axes"] = cfg["ref_axes"]
+  if "policy" in cfg:
+    attrs["keep_aspect_ratio_policy"] = cfg["policy"]
+  inits, ins = [], ["X", "", "", ""]
+  if "roi" in cfg:
+    inits.append(helper.make_tensor("roi", TensorProto.FLOAT, [len(cfg["roi"])], cfg["roi"]))
+    ins[1] = "roi"
+  if "scales" in cfg:
+    inits.append(helper.make_tensor("scales", TensorProto.FLOAT, [len(cfg["scales"])],
+                                    cfg["scales"]))
+    ins[2] = "scales"
+  else:
+    inits.append(helper.make_tensor("sizes", TensorProto.INT64, [len(cfg["sizes"])],
+                                    cfg["sizes"]))
+    ins[3] = "sizes"
+  while ins[-1] == "":
+    ins.pop()
+  elem = _dtypes.of_dtype(cfg["x"].dtype).enum
+  graph = helper.make_graph(
+      [helper.make_node("Resize", ins, ["Y"], **attrs)], "g",
+      [helper.make_tensor_value_info("X", elem, cfg["shape"])],
+      [helper.make_tensor_value_info("Y", elem, None)], initializer=inits)
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def _ours(cfg: dict, x: np.ndarray) -> np.ndarray:
+  kw = dict(mode=cfg["mode"], coordinate_transformation_mode=cfg["coord"],
+            nearest_mode=cfg["nearest_mode"], cubic_coeff_a=cfg["a"],
+            antialias=cfg["antialias"], exclude_outside=cfg["exclude"],
+            extrapolation_value=cfg["extrap"], axes=cfg.get("axes"), roi=cfg.get("roi"),
+            keep_aspect_ratio_policy=cfg.get("policy", "stretch"))
+  if "scales" in cfg:
+    kw["scales"] = cfg["scales"]
+  else:
+    kw["sizes"] = cfg["sizes"]
+  return np.asarray(jaxops.resize(x, **kw))
+
+
+def _reference_coords(cfg: dict) -> list[np.ndarray]:
+  """x_original per resized axis, in float64, with the spec's formulas as the reference types
+  them (scale from float32 scales, or sizes / length, or the keep-aspect policy's scale)."""
+  shape = cfg["shape"]
+  ax = cfg.get("ref_axes", list(range(len(shape))))
+  if "scales" in cfg:
+    scales = [float(np.float32(s)) for s in cfg["scales"]]
+    outs = [int(s * shape[d]) for s, d in zip(scales, ax)]
+  else:
+    scales = [z / shape[d] for z, d in zip(cfg["sizes"], ax)]
+    outs = list(cfg["sizes"])
+    policy = cfg.get("policy", "stretch")
+    if policy != "stretch":
+      s = min(scales) if policy == "not_larger" else max(scales)
+      scales = [s] * len(ax)
+      outs = [int(s * shape[d] + 0.5) for d in ax]
+  coords = []
+  for i, d in enumerate(ax):
+    s, n_in, out = scales[i], shape[d], outs[i]
+    width = s * n_in
+    y = np.arange(out, dtype=np.float64)
+    c = cfg["coord"]
+    if c == "half_pixel" or (c == "pytorch_half_pixel" and width != 1):
+      x = (y + 0.5) / s - 0.5
+    elif c == "half_pixel_symmetric":
+      x = n_in / 2 * (1 - out / width) + (y + 0.5) / s - 0.5
+    elif c == "align_corners":
+      x = y * 0 if width == 1 else y * (n_in - 1) / (width - 1)
+    elif c == "asymmetric":
+      x = y / s
+    elif c == "tf_crop_and_resize":
+      r0, r1 = cfg["roi"][i], cfg["roi"][len(ax) + i]
+      x = (y * 0 + (r1 - r0) * (n_in - 1) / 2 if width == 1
+           else y * (r1 - r0) * (n_in - 1) / (width - 1)) + r0 * (n_in - 1)
+    else:
+      x = y * 0 - 0.5
+    coords.append(x)
+  return coords
+
+
+def _fragile(cfg: dict) -> bool:
+  """True when a source coordinate lies within rounding of an integer (or, for nearest, of a
+  tie) without being exactly on it: the reference then picks its tap window from the rounded
+  value (its x + pad_width loses the difference), and a one-ulp difference can flip a tie."""
+  for x in _reference_coords(cfg):
+    for v in x:
+      frac = v - math.floor(v)
+      for target in ((0.0, 1.0) if cfg["mode"] != "nearest" else (0.0, 0.5, 1.0)):
+        if 0 < abs(frac - target) < 1e-9:
+          return True
+  return False
+
+
+def _deviation(cfg: dict) -> bool:
+  one = any(len(x) == 1 for x in _reference_coords(cfg))
+  if cfg["coord"] in ("pytorch_half_pixel", "tf_crop_and_resize") and one:
+    return True
+  if cfg.get("policy", "stretch") != "stretch" and cfg["coord"] in ("align_corners",
+                                                                   "tf_crop_and_resize"):
+    return True
+  return _fragile(cfg)
+
+
+def _assert_matches(cfg: dict, got: np.ndarray, ref: np.ndarray) -> None:
+  assert got.shape == ref.shape and got.dtype == ref.dtype, (got.shape, ref.shape, got.dtype)
+  kind = np.dtype(cfg["x"].dtype).kind
+  if cfg["mode"] == "nearest":
+    np.testing.assert_array_equal(got, ref)
+  elif kind in "iu":
+    # Rounded to integers: equal, except where the float64 value sits within float32 rounding
+    # of a .5 tie (the reference rounds its float64 result, jaxops its float32 one).
+    ref64 = ReferenceEvaluator(_model({**cfg, "x": cfg["x"].astype(np.float64)})).run(
+        None, {"X": cfg["x"].astype(np.float64)})[0]
+    tie = np.abs(np.abs(ref64 - np.floor(ref64)) - 0.5) < 1e-4
+    np.testing.assert_array_equal(got[~tie], ref[~tie])
+    assert np.all(np.abs(got[tie].astype(np.int64) - ref[tie].astype(np.int64)) <= 1)
+  else:
+    rtol = RTOL[cfg["dtype"]]
+    if cfg["mode"] == "cubic" and cfg["dtype"] == "float64":
+      rtol = 2e-6
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(N_REFERENCE))
+def test_against_onnx_reference(seed):
+  cfg = _config(seed)
+  if _deviation(cfg):
+    pytest.skip("documented deviation (docs/DEVIATIONS.md), pinned in test_resize.py")
+  ref = ReferenceEvaluator(_model(cfg)).run(None, {"X": cfg["x"]})[0]
+  _assert_matches(cfg, _ours(cfg, cfg["x"]), ref)
+
+
+def test_at_least_300_reference_configurations_are_compared():
+  compared = sum(not _deviation(_config(seed)) for seed in range(N_REFERENCE))
+  assert compared >= 300, compared
+
+
+# --- onnxruntime: Resize-10 and Resize-11 ---------------------------------------------------------
+
+
+def _ort_run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+  ort = pytest.importorskip("onnxruntime")
+  opts = ort.SessionOptions()
+  opts.intra_op_num_threads = 1
+  opts.log_severity_level = 3
+  sess = ort.InferenceSession(model.SerializeToString(), opts,
+                              providers=["CPUExecutionProvider"])
+  return sess.run(None, {"X": x})[0]
+
+
+def _ort_config(seed: int, opset: int) -> tuple[onnx.ModelProto, np.ndarray, str]:
+  rng = np.random.default_rng(10_000 + seed)
+  mode = str(rng.choice(["nearest", "linear"] + (["cubic"] if opset >= 11 else [])))
+  h, w = (int(v) for v in rng.integers(1, 7, size=2))
+  shape = [int(rng.integers(1, 3)), int(rng.integers(1, 3)), h, w]
+  # Scales whose products with the lengths are integers and whose coordinates are exact in
+  # float32 (onnxruntime computes in float32, jaxops/the spec in float64).
+  choices = [0.5, 1.0, 1.5, 2.0, 3.0, 4.0]
+  sh = float(rng.choice([c for c in choices if c * h == int(c * h) and c * h >= 1]))
+  sw = float(rng.choice([c for c in choices if c * w == int(c * w) and c * w >= 1]))
+  scales = [1.0, 1.0, sh, sw]
+  attrs: dict = {"mode": mode}
+  inits = [helper.make_tensor("scales", TensorProto.FLOAT, [4], scales)]
+  ins = ["X", "scales"]
+  if opset >= 11:
+    coords = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]
+    if mode == "nearest":
+      coords.append("tf_half_pixel_for_nn")
+    attrs["coordinate_transformation_mode"] = str(rng.choice(coords))
+    attrs["nearest_mode"] = str(rng.choice(NEAREST))
+    if mode == "cubic":
+      attrs["cubic_coeff_a"] = float(rng.choice([-0.75, -0.5]))
+      attrs["exclude_outside"] = int(rng.random() < 0.5)
+    inits.append(helper.make_tensor("roi", TensorProto.FLOAT, [0], []))
+    ins = ["X", "roi", "scales"]
+  dtype = np.float32 if mode != "nearest" or rng.random() < 0.5 else np.uint8
+  x = (rng.standard_normal(shape) * 50).astype(np.float32)
+  if dtype == np.uint8:
+    x = rng.integers(0, 256, size=shape).astype(np.uint8)
+  elem = _dtypes.of_dtype(x.dtype).enum
+  graph = helper.make_graph(
+      [helper.make_node("Resize", ins, ["Y"], **attrs)], "g",
+      [helper.make_tensor_value_info("X", elem, shape)],
+      [helper.make_tensor_value_info("Y", elem, [int(s * d) for s, d in zip(scales, shape)])],
+      initializer=inits)
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+  return model, x, mode
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opset", [10, 11])
+@pytest.mark.parametrize("seed", range(25))
+def test_against_onnxruntime(opset, seed):
+  from jaxops.onnx import Backend
+
+  model, x, mode = _ort_config(seed, opset)
+  expected = _ort_run(model, x)
+  got = Backend.run_model(model, [x])[0]
+  assert got.shape == expected.shape and got.dtype == expected.dtype
+  if mode == "nearest":
+    np.testing.assert_array_equal(got, expected)
+  else:
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_resize10_nearest_rounds_like_onnxruntime():
+  # Resize-10 nearest: asymmetric x / scale, rounded down when upsampling an axis and up when
+  # downsampling (scales 2.5 and 0.6 put coordinates between pixels on both axes).
+  shape = [1, 1, 4, 5]
+  x = np.arange(20, dtype=np.float32).reshape(shape)
+  graph = helper.make_graph(
+      [helper.make_node("Resize", ["X", "scales"], ["Y"], mode="nearest")], "g",
+      [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 10, 3])],
+      initializer=[helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2.5, 0.6])])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+  from jaxops.onnx import Backend
+
+  got = Backend.run_model(model, [x])[0]
+  np.testing.assert_array_equal(got, _ort_run(model, x))
+  # rows: floor(y / 2.5) = 0 0 0 1 1 2 2 2 3 3; columns: ceil(x / 0.6) = 0 2 4 (clamped)
+  rows = [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
+  cols = [0, 2, 4]
+  np.testing.assert_array_equal(got[0, 0], x[0, 0][np.ix_(rows, cols)])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample7_against_onnxruntime(mode):
+  from jaxops.onnx import Backend
+
+  shape = [1, 2, 3, 4]
+  x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+  graph = helper.make_graph(
+      [helper.make_node("Upsample", ["X"], ["Y"], mode=mode, scales=[1.0, 1.0, 2.0, 1.5])], "g",
+      [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2, 6, 6])])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)])
+  np.testing.assert_allclose(Backend.run_model(model, [x])[0], _ort_run(model, x), rtol=1e-6,
+                             atol=1e-6)
+
+
+def test_adapters_reject_what_their_version_lacks():
+  from jaxops.onnx import Backend
+
+  x = np.zeros((1, 1, 2, 2), np.float32)
+
+  def model(op, opset, inputs, inits, **attrs):
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["Y"], **attrs)], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 2, 2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 1, 4])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+  scales = helper.make_tensor("s", TensorProto.FLOAT, [4], [1, 1, 0.5, 2])
+  with pytest.raises(ValueError, match=r"Upsample-9: `scales` must be >= 1"):
+    Backend.prepare(model("Upsample", 9, ["X", "s"], [scales])).run([x])
+  with pytest.raises(ValueError, match=r"Resize-13: attribute `coordinate_transformation_mode`"
+                                       r" must be one of .*; got 'tf_half_pixel_for_nn'"):
+    Backend.prepare(model("Resize", 13, ["X", "", "s"], [scales],
+                          coordinate_transformation_mode="tf_half_pixel_for_nn")).run([x])
+  with pytest.raises(ValueError, match=r"Resize-18: .*got 'half_pixel_symmetric'"):
+    Backend.prepare(model("Resize", 18, ["X", "", "s"], [scales],
+                          coordinate_transformation_mode="half_pixel_symmetric")).run([x])
