@@ -5,7 +5,10 @@ indices, tap weights, extrapolation masks) is computed once per static configura
 float64, exactly as the specification writes it, and cached; it enters the graph as constants.
 The device work per resized axis is ``jaxops._resize_kernel.apply_taps``: a gather of K taps
 along that axis and a weighted sum. A traced ``roi`` (tf_crop_and_resize) takes a path that
-computes the same tables with jnp, so gradients flow to the roi.
+computes the same tables with jnp, so gradients flow to the roi; its source coordinates are
+formed from NumPy float64 factors and snapped to a nearby integer or half-integer, so that
+XLA's rewrites (division by a constant becomes a multiplication by its reciprocal) cannot move
+an exact coordinate across the extrapolation edge or a nearest-rounding tie.
 """
 
 from __future__ import annotations
@@ -137,6 +140,10 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
   a tracer there is a TypeError. ``x`` may be traced, and so may ``roi``: a traced roi takes a
   path that builds the tap tables with jnp, so ``resize`` is differentiable with respect to it
   (and ``jax.vmap`` over roi boxes gives a batched crop-and-resize). A concrete roi is static.
+  The traced path computes source coordinates in float64 when x64 is enabled and in float32
+  otherwise, and takes a coordinate within 4 units of rounding of an integer or half-integer as
+  that value (so the full box [0, 1] never extrapolates its last sample, and nearest ties round
+  as in exact arithmetic).
   Each static configuration is traced and compiled once; repeated calls reuse it.
 
   Args:
@@ -523,11 +530,10 @@ def _fill_value(value: float, dtype: Any) -> Any:
 
 def _traced_pass(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array) -> jax.Array:
   """One axis with a traced roi: tables from jnp, a take-and-sum gather (grads reach roi)."""
+  idx, w, mask = _traced_table(cfg, p, roi)
   if cfg.mode is Mode.NEAREST:
-    idx, _, mask = _traced_table(cfg, p, roi, jnp.result_type(float))
     y = jnp.take(y, idx[:, 0], axis=p.axis, mode="clip")
   else:
-    idx, w, mask = _traced_table(cfg, p, roi, y.dtype)
     out, k = idx.shape
     taps = jnp.take(y, idx.reshape(-1), axis=p.axis, mode="clip")
     shape = list(y.shape)
@@ -538,10 +544,45 @@ def _traced_pass(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array) -> jax.Ar
   return _extrapolate(y, p.axis, mask, cfg.extrapolation_value)
 
 
-def _traced_table(cfg: _Config, p: _Axis, roi: jax.Array, dtype: Any) -> tuple[Any, Any, Any]:
-  """The tables of one axis computed with jnp from a traced roi (differentiable in roi)."""
+def _traced_table(cfg: _Config, p: _Axis, roi: jax.Array) -> tuple[Any, Any, Any]:
+  """The tables of one axis computed with jnp from a traced roi (differentiable in roi).
+
+  Coordinates are computed in the default float type (float64 with x64 enabled, else float32),
+  whatever ``x``'s dtype: the reference computes them in float64.
+  """
+  dtype = jnp.result_type(float)
   n = roi.shape[0] // 2
   r = roi.astype(dtype)
-  y = jnp.arange(p.out_len, dtype=dtype)
-  x_ori = _coords(jnp, p, cfg.coord, y, (r[p.slot], r[n + p.slot]))
+  x_ori = _traced_crop_coords(p, r[p.slot], r[n + p.slot], dtype)
   return _taps(jnp, cfg, p, x_ori)
+
+
+# A computed coordinate this many units of rounding (relative to its terms) from an integer or
+# half-integer is taken as exactly that value. The traced formula rounds up to 5 times (the
+# float64 factor, its cast, end - start, the product, the sum): at most 2.5 units in all.
+_SNAP_ULPS = 4
+
+
+def _traced_crop_coords(p: _Axis, start: Any, end: Any, dtype: Any) -> Any:
+  """tf_crop_and_resize's x_original from a traced (start, end), snapped to exact values.
+
+  The spec's ``start * (n - 1) + x_resized * (end - start) * (n - 1) / (length_resized - 1)`` is
+  formed as ``base + g * (end - start)`` with ``g = x_resized * (n - 1) / (length_resized - 1)``
+  computed in NumPy float64 (jit would turn a division by a constant into a multiplication by
+  its reciprocal: for roi [0, 1], 4 -> 8, 7 * 3 * float32(1 / 7) is 3.0000002 > 3, extrapolated).
+  A result within ``_SNAP_ULPS`` units of rounding of a multiple of 1/2 is moved onto it, as
+  exact arithmetic (and the reference's float64 for such rois) has it; the gradient is that of
+  the unsnapped formula.
+  """
+  n1 = p.in_len - 1
+  base = start * n1
+  if p.resized_len > 1:
+    g = np.arange(p.out_len, dtype=np.float64) * n1 / (p.resized_len - 1)
+  else:  # 0.5 * (start + end) * (n - 1) = base + 0.5 * (n - 1) * (end - start)
+    g = np.full(p.out_len, 0.5 * n1)
+  span = jnp.asarray(g, dtype) * (end - start)
+  x_ori = base + span
+  tol = _SNAP_ULPS * jnp.finfo(dtype).eps * (jnp.abs(span) + jnp.abs(base))
+  half = jnp.round(2 * x_ori) / 2
+  snap = jnp.where(jnp.abs(x_ori - half) <= tol, half - x_ori, jnp.zeros_like(x_ori))
+  return x_ori + jax.lax.stop_gradient(snap)

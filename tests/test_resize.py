@@ -126,10 +126,14 @@ def test_output_length_from_float32_scale():
 
 def test_axes_any_order_and_negative():
   x = np.random.default_rng(0).standard_normal((2, 3, 4))
-  a = _r(x, scales=[2.0, 0.5], axes=[-1, 1], mode="linear")
-  b = _r(x, scales=[1.0, 0.5, 2.0], mode="linear")
-  np.testing.assert_allclose(a, b, rtol=1e-12)
-  assert a.shape == (2, 1, 8)
+  got = _r(x, scales=[2.0, 0.5], axes=[-1, 1], mode="linear")
+  assert got.shape == (2, 1, 8)
+  # The reference rejects negative axes (DEVIATIONS.md, Resize 8): give it the positive ones.
+  expected = _reference(dict(mode="linear", axes=[2, 1]), x,
+                        scales=np.array([2.0, 0.5], np.float32))
+  np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+  # And the same as naming every axis (scale 1 on the others).
+  np.testing.assert_allclose(got, _r(x, scales=[1.0, 0.5, 2.0], mode="linear"), rtol=1e-12)
 
 
 # --- dtypes -------------------------------------------------------------------------------------
@@ -242,15 +246,46 @@ def test_same_static_configuration_is_traced_once(monkeypatch):
   assert len(traces) == 2  # a new configuration traces once more
 
 
-def test_traced_roi_path_equals_static_roi_path():
+def test_traced_and_static_roi_match_reference():
   x = np.random.default_rng(2).standard_normal((5, 6))
   roi = np.array([0.1, -0.2, 0.8, 0.9])
+  sizes = np.array([4, 7])
   for mode in ("nearest", "linear", "cubic"):
-    kw = dict(sizes=[4, 7], mode=mode, extrapolation_value=3.0,
+    kw = dict(mode=mode, extrapolation_value=3.0,
               coordinate_transformation_mode="tf_crop_and_resize")
-    static = _r(x, roi=roi, **kw)
-    traced = np.asarray(jax.jit(lambda r, kw=kw: jaxops.resize(x, roi=r, **kw))(roi))
-    np.testing.assert_allclose(traced, static, rtol=1e-12, atol=1e-12)
+    expected = _reference(kw, x, roi=roi, sizes=sizes)
+    static = _r(x, roi=roi, sizes=sizes, **kw)
+    traced = np.asarray(jax.jit(lambda r, kw=kw: jaxops.resize(x, roi=r, sizes=sizes, **kw))(roi))
+    # The reference computes cubic weights in float32 (DEVIATIONS.md, precision note).
+    tol = 2e-6 if mode == "cubic" else 1e-12
+    np.testing.assert_allclose(static, expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(traced, expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(traced, static, rtol=1e-12, atol=1e-12)  # and with each other
+
+
+@pytest.mark.parametrize("dtype,x64", [("float32", True), ("float32", False),
+                                       ("float64", True)])
+@pytest.mark.parametrize("shape,sizes", [((4, 8), (8, 4)), ((7, 10), (8, 8))])
+def test_traced_full_box_is_not_extrapolated(dtype, x64, shape, sizes):
+  # roi [0, 0, 1, 1] samples x_original = y * (n - 1) / (len - 1): 0 and exactly n - 1 at the
+  # ends, inside the input. Under jit, y * (n - 1) / (len - 1) in float32 becomes
+  # 7 * 3 * float32(1 / 7) = 3.0000002 for 4 -> 8, which was extrapolated (-99).
+  x = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+  roi = np.array([0, 0, 1, 1], dtype)
+  for mode in ("nearest", "linear", "cubic"):
+    kw = dict(mode=mode, extrapolation_value=-99.0,
+              coordinate_transformation_mode="tf_crop_and_resize")
+    if mode == "nearest":
+      kw["nearest_mode"] = "floor"  # also sensitive to x_original one step below an integer
+    expected = _reference(kw, x, roi=roi, sizes=np.array(sizes))
+    assert not np.any(expected == -99.0)
+    with jax.enable_x64(x64):
+      got = np.asarray(jax.jit(lambda r, kw=kw: jaxops.resize(x, roi=r, sizes=sizes, **kw))(roi))
+    assert got.dtype == x.dtype
+    tol = 1e-5 if dtype == "float32" else 2e-6  # cubic weights: float32 in the reference
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * 10)
+    np.testing.assert_array_equal(got[::sizes[0] - 1, ::sizes[1] - 1], x[::shape[0] - 1,
+                                                                         ::shape[1] - 1])
 
 
 def test_vmap_over_images_matches_torch():

@@ -4,18 +4,23 @@
   (negative too), every mode, coordinate mode and nearest mode, scales and sizes (with every
   keep_aspect_ratio_policy), roi and extrapolation, antialias, exclude_outside, cubic_coeff_a,
   and float16/bfloat16/float32/float64/uint8/int8/int32 inputs. Exact for nearest, within the
-  rounding of the dtype otherwise.
+  rounding of the dtype otherwise. The tf_crop_and_resize ones run a second time with the roi
+  traced under jit.
+* onnx.reference on full-box tf_crop_and_resize models whose roi is a graph input (traced).
 * onnxruntime on Resize-10 and Resize-11 models run through jaxops.onnx.Backend.
 
 Configurations that hit a documented deviation (docs/DEVIATIONS.md, pinned in test_resize.py)
-are drawn but not compared here: pytorch_half_pixel / tf_crop_and_resize with an output length
-of 1, align_corners / tf_crop_and_resize with a keep_aspect_ratio_policy, and source coordinates
-that the reference computes one rounding step off an integer (or a nearest tie).
+are drawn but left out at parametrize time (not reported as skipped): pytorch_half_pixel /
+tf_crop_and_resize with an output length of 1, align_corners / tf_crop_and_resize with a
+keep_aspect_ratio_policy, and source coordinates that the reference computes one rounding step
+off an integer (or a nearest tie).
 """
 
 from __future__ import annotations
 
 import math
+
+import jax
 
 import numpy as np
 import pytest
@@ -125,17 +130,20 @@ def _model(cfg: dict) -> onnx.ModelProto:
   return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
 
 
-def _ours(cfg: dict, x: np.ndarray) -> np.ndarray:
+def _ours(cfg: dict, x: np.ndarray, traced_roi: bool = False) -> np.ndarray:
   kw = dict(mode=cfg["mode"], coordinate_transformation_mode=cfg["coord"],
             nearest_mode=cfg["nearest_mode"], cubic_coeff_a=cfg["a"],
             antialias=cfg["antialias"], exclude_outside=cfg["exclude"],
-            extrapolation_value=cfg["extrap"], axes=cfg.get("axes"), roi=cfg.get("roi"),
+            extrapolation_value=cfg["extrap"], axes=cfg.get("axes"),
             keep_aspect_ratio_policy=cfg.get("policy", "stretch"))
   if "scales" in cfg:
     kw["scales"] = cfg["scales"]
   else:
     kw["sizes"] = cfg["sizes"]
-  return np.asarray(jaxops.resize(x, **kw))
+  if traced_roi:  # the roi as the model has it (a float32 tensor), traced under jit
+    roi = np.asarray(cfg["roi"], np.float32)
+    return np.asarray(jax.jit(lambda r: jaxops.resize(x, roi=r, **kw))(roi))
+  return np.asarray(jaxops.resize(x, roi=cfg.get("roi"), **kw))
 
 
 def _reference_coords(cfg: dict) -> list[np.ndarray]:
@@ -222,19 +230,59 @@ def _assert_matches(cfg: dict, got: np.ndarray, ref: np.ndarray) -> None:
     np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol)
 
 
+# Seeds whose configuration is compared: the deviation cases are left out here (not skipped:
+# a skip is not a pass), and pinned in test_resize.py.
+COMPARED = [seed for seed in range(N_REFERENCE) if not _deviation(_config(seed))]
+CROP = [seed for seed in COMPARED if _config(seed)["coord"] == "tf_crop_and_resize"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(N_REFERENCE))
+@pytest.mark.parametrize("seed", COMPARED)
 def test_against_onnx_reference(seed):
   cfg = _config(seed)
-  if _deviation(cfg):
-    pytest.skip("documented deviation (docs/DEVIATIONS.md), pinned in test_resize.py")
   ref = ReferenceEvaluator(_model(cfg)).run(None, {"X": cfg["x"]})[0]
   _assert_matches(cfg, _ours(cfg, cfg["x"]), ref)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", CROP)
+def test_traced_roi_against_onnx_reference(seed):
+  cfg = _config(seed)
+  ref = ReferenceEvaluator(_model(cfg)).run(None, {"X": cfg["x"]})[0]
+  _assert_matches(cfg, _ours(cfg, cfg["x"], traced_roi=True), ref)
+
+
 def test_at_least_300_reference_configurations_are_compared():
-  compared = sum(not _deviation(_config(seed)) for seed in range(N_REFERENCE))
-  assert compared >= 300, compared
+  assert len(COMPARED) >= 300, len(COMPARED)
+  assert len(CROP) >= 30, len(CROP)
+
+
+@pytest.mark.parametrize("opset", [13, 19])
+@pytest.mark.parametrize("shape,sizes", [((1, 1, 4, 4), (1, 1, 8, 8)),
+                                         ((1, 1, 8, 7), (1, 1, 4, 8))])
+def test_backend_roi_graph_input_full_box(opset, shape, sizes):
+  # The roi is a graph input, so the Backend traces it. The full box samples the first and last
+  # pixels exactly (x_original = 0 and n - 1): nothing is extrapolated.
+  from jaxops.onnx import Backend
+
+  rank = len(shape)
+  node = helper.make_node("Resize", ["X", "roi", "", "sizes"], ["Y"], mode="linear",
+                          coordinate_transformation_mode="tf_crop_and_resize",
+                          extrapolation_value=-99.0)
+  graph = helper.make_graph(
+      [node], "g",
+      [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(shape)),
+       helper.make_tensor_value_info("roi", TensorProto.FLOAT, [2 * rank])],
+      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, list(sizes))],
+      initializer=[helper.make_tensor("sizes", TensorProto.INT64, [rank], list(sizes))])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+  x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+  roi = np.array([0.0] * rank + [1.0] * rank, np.float32)
+  expected = ReferenceEvaluator(model).run(None, {"X": x, "roi": roi})[0]
+  assert not np.any(expected == -99.0)
+  got = Backend.run_model(model, [x, roi])[0]
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-5)
+  np.testing.assert_array_equal(got[0, 0, -1, [0, -1]], x[0, 0, -1, [0, -1]])
 
 
 # --- onnxruntime: Resize-10 and Resize-11 ---------------------------------------------------------

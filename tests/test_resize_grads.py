@@ -70,15 +70,25 @@ def test_vmap_over_roi_boxes_is_differentiable():
   np.testing.assert_allclose(full[:, ::2, ::2], x[:, ::7, ::7], rtol=1e-12)
 
 
-def test_vmap_over_batch_grad_equals_batched_grad():
-  x = jnp.asarray(np.random.default_rng(5).standard_normal((3, 4, 5)))
+def test_vmap_over_batch_grad_matches_torch_autograd():
+  torch = pytest.importorskip("torch")
+  x = np.random.default_rng(5).standard_normal((3, 4, 5))
 
   def one(im):
     return jnp.sum(jaxops.resize(im, scales=[1.5, 2.0], mode="cubic") ** 2)
 
-  per_image = jax.vmap(jax.grad(one))(x)
+  per_image = np.asarray(jax.vmap(jax.grad(one))(jnp.asarray(x)))
+  # torch's bicubic (a = -0.75, edge-clamped taps) with the given scale_factor maps
+  # y -> (y + 0.5) / scale - 0.5 as half_pixel does: 4x5 -> 6x10.
+  t = torch.from_numpy(x[:, None]).requires_grad_(True)
+  y = torch.nn.functional.interpolate(t, scale_factor=(1.5, 2.0), mode="bicubic",
+                                      align_corners=False)
+  assert tuple(y.shape[2:]) == (6, 10)
+  (y * y).sum().backward()
+  np.testing.assert_allclose(per_image, t.grad.numpy()[:, 0], rtol=1e-9, atol=1e-9)
+  # And the same as one batched gradient over axes 1 and 2.
   batched = jax.grad(lambda v: jnp.sum(
-      jaxops.resize(v, scales=[1.5, 2.0], axes=[1, 2], mode="cubic") ** 2))(x)
+      jaxops.resize(v, scales=[1.5, 2.0], axes=[1, 2], mode="cubic") ** 2))(jnp.asarray(x))
   np.testing.assert_allclose(per_image, batched, rtol=1e-12, atol=1e-12)
 
 
