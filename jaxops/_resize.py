@@ -493,16 +493,7 @@ def _static_passes(y: jax.Array, cfg: _Config) -> jax.Array:
   """
   tables = [(p, *_static_table(cfg, p)) for p in cfg.plans]
   if jnp.issubdtype(y.dtype, jnp.floating):
-    passes = [(p.axis, idx, w) for p, idx, w, _ in tables]
-    separable = getattr(_resize_kernel, "apply_separable", None)
-    # The plain kernel broadcasts its weights by rank promotion: allow it whatever the caller's
-    # jax_numpy_rank_promotion setting (a no-op for kernels that do not rely on it).
-    with jax.numpy_rank_promotion("allow"):
-      if separable is not None and len(passes) > 1:
-        y = separable(y, passes)
-      else:
-        for axis, idx, w in passes:
-          y = _resize_kernel.apply_taps(y, axis, idx, w)
+    y = _resize_kernel.apply_separable(y, [(p.axis, idx, w) for p, idx, w, _ in tables])
   else:  # mode="nearest" on integers, bool, complex: an exact gather
     for p, idx, _, _ in tables:
       y = jnp.take(y, jnp.asarray(idx[:, 0]), axis=p.axis, mode="clip")
