@@ -152,16 +152,7 @@ def _forward(c: PoolCase) -> Any:
       b.skip("onnxruntime", ORT_NOT_ON_GPU)
     op, why = _torch_op(c)
     b.add("torch", lambda: torch_forward(op, x, ctx) if op else None, note=why)
-    f, why = _flax_fn(c)
-
-    def flax_system() -> Any:
-      if f is None:
-        return None
-      s = b.jax(f, _channels_last(x), note="channels-last input (transposed before timing)")
-      s.view = _channels_first
-      return s
-
-    b.add("flax", flax_system, note=why)
+    _add_flax(b, c, x, lambda f: f)
     return b, (x.nbytes, int(np.prod(c.out_shape(x.shape))) * x.itemsize), x.dtype
 
   return build
@@ -175,20 +166,24 @@ def _backward(c: PoolCase) -> Any:
     b.add("jaxops", lambda: b.jax(grad_of_sum_of_squares(_jaxops_fn(c)), x))
     op, why = _torch_op(c)
     b.add("torch", lambda: torch_grad(op, x, ctx) if op else None, note=why)
-    f, why = _flax_fn(c)
-
-    def flax_system() -> Any:
-      if f is None:
-        return None
-      s = b.jax(grad_of_sum_of_squares(f), _channels_last(x),
-                note="channels-last input (transposed before timing)")
-      s.view = _channels_first
-      return s
-
-    b.add("flax", flax_system, note=why)
+    _add_flax(b, c, x, grad_of_sum_of_squares)
     return b, (x.nbytes, x.nbytes), x.dtype
 
   return build
+
+
+def _add_flax(b: Builder, c: PoolCase, x: Any, wrap: Any) -> None:
+  """flax.linen.avg_pool (``wrap``ped: forward or gradient) on channels-last input."""
+  f, why = _flax_fn(c)
+
+  def flax_system() -> Any:
+    if f is None:
+      return None
+    s = b.jax(wrap(f), _channels_last(x), note="channels-last input (transposed before timing)")
+    s.view = _channels_first
+    return s
+
+  b.add("flax", flax_system, note=why)
 
 
 GLOBAL_SHAPE = (8, 512, 7, 7)

@@ -59,6 +59,7 @@ class _Axis:
   count: tuple[int, ...]
 
 
+@functools.lru_cache(maxsize=512)  # eager calls reuse the divisor tables of a configuration
 def _spatial_plan(n: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: bool,
                   count_include_pad: bool, axis: int) -> _Axis:
   """Output length, summing pads and divisors of one axis, as the spec text defines them."""

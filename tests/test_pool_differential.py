@@ -165,14 +165,7 @@ def reference_bug(cfg):
   if cfg["version"] == 1 and any(spec_padding(cfg)):
     return "v1 counts the padding"
   if auto_pad != "NOTSET":
-    if any(d > 1 for d in dil):
-      return "auto_pad ignores dilations"
-    if ceil_mode:
-      return "auto_pad with ceil_mode asserts"
-    if auto_pad != "VALID" and any(
-        (math.ceil(n / s) - 1) * s + k < n for n, k, s in zip(cfg["shape"][2:], kernel, strides)):
-      return "negative SAME padding"
-    return None
+    return _auto_pad_trouble(cfg, ceil_mode_why="auto_pad with ceil_mode asserts")
   p = pads or [0] * 2 * nd
   out = spec_output_shape(cfg)
   for i in range(nd):
@@ -228,13 +221,18 @@ def ort_deviation(cfg):
   """Why onnxruntime is known to differ from the spec text on ``cfg``, or None."""
   if cfg["version"] == 1:
     return "no AveragePool-1 kernel"
-  kernel, strides, _, dil, auto_pad, ceil_mode, _ = _spec_args(cfg)
-  if auto_pad == "NOTSET":
+  if _spec_args(cfg)[4] == "NOTSET":
     return None
+  return _auto_pad_trouble(cfg, ceil_mode_why="auto_pad rounds up with ceil_mode")
+
+
+def _auto_pad_trouble(cfg, *, ceil_mode_why):
+  """What both oracles get wrong with auto_pad set (the spec text is followed), or None."""
+  kernel, strides, _, dil, auto_pad, ceil_mode, _ = _spec_args(cfg)
   if any(d > 1 for d in dil):
     return "auto_pad ignores dilations"
   if ceil_mode:
-    return "auto_pad rounds up with ceil_mode"
+    return ceil_mode_why
   if auto_pad != "VALID" and any(
       (math.ceil(n / s) - 1) * s + k < n for n, k, s in zip(cfg["shape"][2:], kernel, strides)):
     return "negative SAME padding"
