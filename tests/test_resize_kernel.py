@@ -95,6 +95,94 @@ def test_resize_like_tables_and_separable_order():
   assert rk.pass_order((8, 3, 256, 256), passes) == [1, 0]
 
 
+def _periodic_table(rng: np.random.Generator, n_in: int, a: int, b: int, k: int) -> tuple:
+  """A random table of the phase form: output a*q + p reads clip(b*q + off[p, k])."""
+  blocks = n_in // b
+  off = rng.integers(-2, b + 2, size=(a, k))
+  w_p = rng.standard_normal((a, k))
+  q = np.arange(blocks)[:, None, None]
+  idx = np.clip(b * q + off[None], 0, n_in - 1).reshape(blocks * a, k)
+  w = np.broadcast_to(w_p, (blocks, a, k)).reshape(blocks * a, k).copy()
+  return idx, w
+
+
+@pytest.mark.parametrize("a,b,k", [(2, 1, 1), (2, 1, 2), (3, 1, 2), (7, 4, 2), (1, 4, 2),
+                                   (5, 3, 1)])
+@pytest.mark.parametrize("fix", [(), (0,), (0, -1)])
+def test_periodic_tables_take_the_phase_path(a, b, k, fix):
+  # Tables that repeat with a period along the minor axis are summed from strided slices
+  # (_phase_sum); blocks that break the period (here: edited edge blocks) come from the table.
+  rng = np.random.default_rng(a * 100 + b * 10 + k + len(fix))
+  n_in = 12 * b
+  idx, w = _periodic_table(rng, n_in, a, b, k)
+  for q in fix:
+    rows = slice(a * q, a * q + a) if q >= 0 else slice(len(idx) - a, len(idx))
+    idx[rows] = rng.integers(0, n_in, size=(a, k))
+    w[rows] = rng.standard_normal((a, k))
+  ph = rk._table(idx, w, n_in).phases()
+  assert ph is not None and (ph.a, ph.b) == (a, b) and len(ph.fix) == len(fix)
+  x = rng.standard_normal((3, 2, n_in))
+  want = _oracle(x, 2, idx, w)
+  for barrier in [(True, True), (False, False)]:
+    y = jax.jit(lambda x, bar=barrier: apply_taps(x, -1, idx, w, barrier=bar))(x)
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-12, atol=1e-12)
+  # The transpose (a gather over the inverse table) is still the transposed matrix.
+  ct = rng.standard_normal(want.shape)
+  _, vjp = jax.vjp(lambda x: apply_taps(x, -1, idx, w), x)
+  np.testing.assert_allclose(np.asarray(vjp(ct)[0]), _oracle(ct, 2, *_transposed(idx, w, n_in)),
+                             rtol=1e-12, atol=1e-12)
+
+
+def _transposed(idx: np.ndarray, w: np.ndarray, n_in: int) -> tuple:
+  m = _dense(idx, w, n_in).T                    # (n_in, n_out)
+  cols = np.tile(np.arange(m.shape[1]), (m.shape[0], 1))
+  return cols, m
+
+
+def test_phase_path_cases_and_fallbacks():
+  # 2x linear (half_pixel, clamped edges), nearest copies and 98/56 take the phase form;
+  # align_corners 2x (not periodic), cubic (4 taps) and short axes do not.
+  ih, wh = _resize_table(256, 512)
+  assert rk._table(ih, wh, 256).phases() is not None
+  i7, w7 = _resize_table(56, 98)
+  assert rk._table(i7, w7, 56).phases() is not None
+  near = np.repeat(np.arange(64), 2)[:, None]
+  assert rk._table(near, np.ones((128, 1)), 64).phases() is not None
+  pos = np.arange(512) * 255 / 511
+  i0 = np.minimum(np.floor(pos).astype(np.int64), 254)
+  ac_idx, ac_w = np.stack([i0, i0 + 1], 1), np.stack([1 - (pos - i0), pos - i0], 1)
+  assert rk._table(ac_idx, ac_w, 256).phases() is None
+  rng = np.random.default_rng(0)
+  ic, wc = _periodic_table(rng, 64, 2, 1, 4)
+  assert rk._table(ic, wc, 64).phases() is None
+  i4, w4 = _resize_table(4, 8)
+  assert rk._table(i4, w4, 4).phases() is None
+  # The phase path computes the same values as the dense oracle on a resize-like 2-D chain.
+  x = rng.standard_normal((2, 3, 40, 56)).astype(np.float32)
+  ih2, wh2 = _resize_table(40, 80)
+  y = jax.jit(lambda x: apply_separable(x, [(2, ih2, wh2), (3, i7, w7)]))(x)
+  np.testing.assert_allclose(np.asarray(y), _oracle(_oracle(x, 2, ih2, wh2), 3, i7, w7),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_phase_path_keeps_zero_weight_semantics():
+  # A live tap column is multiplied even where one phase's weight is 0 (0 * inf = nan), as the
+  # gather path and the reference do; an all-zero column is never read.
+  n = 16
+  idx = np.stack([np.repeat(np.arange(n), 2), np.minimum(np.repeat(np.arange(n), 2) + 1, n - 1),
+                  np.zeros(2 * n, np.int64)], 1)
+  w = np.stack([np.tile([1.0, 0.5], n), np.tile([0.0, 0.5], n), np.zeros(2 * n)], 1)
+  assert rk._table(idx, w, n).phases() is not None
+  x = np.arange(n, dtype=np.float64)
+  x[5] = np.inf
+  x[0] = np.nan  # read only through the all-zero column for outputs > 1
+  y = np.asarray(jax.jit(lambda x: apply_taps(x, 0, idx, w))(x))
+  with np.errstate(invalid="ignore"):
+    want = x[idx[:, 0]] * w[:, 0] + x[idx[:, 1]] * w[:, 1]  # the live columns only
+  np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+  assert np.isnan(y[8])  # 1.0 * x[4] + 0.0 * inf
+
+
 @pytest.mark.parametrize("dtype", [np.float16, jnp.bfloat16, np.float32, np.float64])
 def test_dtypes(dtype):
   rng = np.random.default_rng(11)
