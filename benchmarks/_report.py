@@ -199,7 +199,13 @@ device and in the same blocks: the time to move those bytes once. GB/s columns a
 (read + write) over the median time.
 On a GPU the resize and pool inputs have a batch {gpu_batch} times larger than on the CPU.
 The process is pinned to --threads CPUs (sched_setaffinity), which sizes XLA's CPU thread pool;
-torch uses torch.set_num_threads(--threads)."""
+torch uses torch.set_num_threads(--threads). On glibc the process uses one malloc arena
+(mallopt M_ARENA_MAX=1, set before jax and torch start; `--malloc-arenas 0` leaves the default):
+with glibc's per-thread arenas, XLA's output buffers are given back to the OS and faulted in
+again on every call in some processes and not in others (Resize linear 2x: 16-18 ms with 6452
+page faults per call against 5-7 ms), a per-process lottery that decided rows by a factor of 2-3.
+torch and onnxruntime allocate on their calling thread or from their own arena and did not show
+it. The setting applies to every system in the process alike."""
 
 
 DEVICES = (("cpu", "CPU"), ("gpu", "GPU"))
@@ -214,7 +220,8 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
       f"{run['runs']} + 1 runs per system",
       f"- {meta['cpu']}, {meta['logical_cpus']} logical CPUs, {meta['cpus_used']} used; "
       f"{meta['platform']}; Python {meta['python']}; GPU: {meta['gpu'] or 'none'}",
-      f"- threads: {meta['threads']} (XLA CPU pool via CPU affinity, torch, onnxruntime intra-op)",
+      f"- threads: {meta['threads']} (XLA CPU pool via CPU affinity, torch, onnxruntime intra-op); "
+      f"malloc: {meta.get('malloc', 'glibc default')}",
       f"- load average (1/5/15 min) at the end of the run: {meta['load']} (a busy machine "
       "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
       "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),
