@@ -172,9 +172,10 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
   source_is_string = _is_string_array(x)
   if target.name == "STRING" or source_is_string:
     return _host_cast(op, x, target, source_is_string, saturate, mode, fnuz_inf_to_nan)
-  if hasattr(x, "dtype"):
-    _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
-  x = jnp.asarray(x)
+  if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
+    if hasattr(x, "dtype"):
+      _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
+    x = jnp.asarray(x)
   _check_dtype(op, "x", x.dtype)
   _check_dtype(op, "to", target.dtype)
   return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
@@ -211,7 +212,13 @@ def _xla_holds(dtype: np.dtype) -> bool:
   return True
 
 
+# The dtypes that passed _check_dtype, which reads nothing but the dtype: checked once each.
+_CHECKED_DTYPES: set[np.dtype] = set()
+
+
 def _check_dtype(op: str, arg: str, dtype: Any) -> None:
+  if isinstance(dtype, np.dtype) and dtype in _CHECKED_DTYPES:
+    return
   dtype = np.dtype(dtype)
   try:
     elem = _dtypes.of_dtype(dtype)
@@ -225,6 +232,7 @@ def _check_dtype(op: str, arg: str, dtype: Any) -> None:
     raise TypeError(f"{op}: argument `{arg}`: {elem.name} ({dtype}) is an ONNX type that the "
                     f"installed JAX/XLA cannot convert (jax {jax.__version__}); cast through "
                     f"float32 with NumPy/ml_dtypes on the host instead")
+  _CHECKED_DTYPES.add(dtype)
 
 
 def _wide_float() -> np.dtype:

@@ -7,13 +7,14 @@ ValueError or TypeError (never an ``assert``: ``python -O`` strips those).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
 
 import jax
 import numpy as np
 
 E = TypeVar("E", bound="StrEnum")
+R = TypeVar("R")
 
 
 def _show(value: Any) -> str:
@@ -114,10 +115,91 @@ class StrEnum(str, enum.Enum):
     raise value_error(op, arg, value, f"one of {allowed}")
 
 
-def floating_input(op: str, x: Any, allowed: Sequence[Any]) -> jax.Array:
+def floating_input(op: str, x: Any, allowed: Sequence[np.dtype]) -> jax.Array:
   """``x`` as a JAX array whose dtype is one of ``allowed``, else a TypeError naming them."""
-  x = jax.numpy.asarray(x)
-  if not any(x.dtype == np.dtype(d) for d in allowed):
+  if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
+    x = jax.numpy.asarray(x)
+  if x.dtype not in allowed:
     names = ", ".join(np.dtype(d).name for d in allowed)
     raise TypeError(f"{op}: argument `x` must have dtype in ({names}); got dtype {x.dtype}")
   return x
+
+
+# --- caching configurations of repeated eager calls ---------------------------------------------
+
+# Scalar types whose values stand in a cache key as they are: hashable, compared by value, never
+# traced. (jax.Arrays and tracers are unhashable; other objects may compare in surprising ways.)
+_KEY_SCALARS = frozenset(
+    {type(None), bool, int, float, str, bytes, np.bool_}
+    | {np.dtype(c).type for c in np.typecodes["AllInteger"] + np.typecodes["Float"]})
+
+
+def cache_key(*values: Any) -> Hashable | None:
+  """A hashable stand-in for static arguments, or None when one of them has none.
+
+  Two lists of values with equal keys are interchangeable: value by value the same type, and
+  equal scalars; for a list or tuple the same element types and equal elements; for a NumPy
+  array the same dtype, shape and bytes. So a configuration built (and validated) from one holds
+  for the other. Python floats compare as Python compares them (-0.0 == 0.0), as they do as
+  jax.jit static arguments. Traced values, jax.Arrays, nested sequences and unfamiliar objects
+  have no key.
+  """
+  types = tuple(map(type, values))
+  if _KEY_SCALARS.issuperset(types):
+    return types, values
+  parts: list[Hashable] = []
+  for t, value in zip(types, values):
+    if t in _KEY_SCALARS:
+      parts.append(value)
+    elif t is tuple or t is list:
+      inner = tuple(map(type, value))
+      if not _KEY_SCALARS.issuperset(inner):
+        return None
+      parts.append((inner, tuple(value)))
+    elif t is np.ndarray and not value.dtype.hasobject:
+      parts.append((value.dtype, value.shape, value.tobytes()))
+    elif isinstance(value, (StrEnum, np.dtype)):
+      parts.append(value)
+    else:
+      return None
+  return types, tuple(parts)
+
+
+class ConfigCache(Generic[R]):
+  """Memoises ``build(*args)`` by a key of its static arguments, for repeated eager calls.
+
+  ``cache(key, *args)`` returns ``build(*args)``, built once per ``key`` (``cache_key`` of the
+  arguments that decide the result; None: built on every call). Only results are kept: a call
+  that raises is never cached (a bad argument raises on every call, with the same message), and
+  ``args`` (which may include the input array) are not retained. The memo is cleared when it
+  reaches ``maxsize`` entries.
+  """
+
+  def __init__(self, build: Callable[..., R], maxsize: int = 1024):
+    self.build = build
+    self.maxsize = maxsize
+    self.hits = 0
+    self.misses = 0
+    self._results: dict[Hashable, R] = {}
+
+  def __call__(self, key: Hashable | None, *args: Any) -> R:
+    if key is not None:
+      try:
+        result = self._results[key]
+      except KeyError:
+        pass
+      else:
+        self.hits += 1
+        return result
+    result = self.build(*args)
+    if key is not None:
+      self.misses += 1
+      if len(self._results) >= self.maxsize:
+        self._results.clear()
+      self._results[key] = result
+    return result
+
+  def clear(self) -> None:
+    """Forgets every result and resets the counters."""
+    self._results.clear()
+    self.hits = self.misses = 0

@@ -47,11 +47,7 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
     >>> jaxops.constant_of_shape([]).shape
     ()
   """
-  if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
-    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)")
-  dims = _checks.int_tuple(_OP, "shape", shape)
-  if any(d < 0 for d in dims):
-    raise _checks.value_error(_OP, "shape", shape, "dims >= 0")
+  dims = _DIMS(_checks.cache_key(shape), shape)
   if value is None:
     return jnp.zeros(dims, jnp.float32)
   if isinstance(value, (str, bytes)) or (isinstance(value, np.ndarray)
@@ -61,16 +57,33 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
   if not isinstance(value, (np.ndarray, np.generic, jax.Array)):
     value = jnp.asarray(value)
   dtype = np.dtype(value.dtype)
-  try:
-    elem = _dtypes.of_dtype(dtype)
-  except ValueError:
-    elem = None
-  if elem is None or not elem.jax_ok or dtype.kind == "c":
-    raise _checks.type_error(_OP, "value", value, "an array whose dtype is a real ONNX element "
-                             "type")
+  if dtype not in _VALUE_DTYPES:
+    try:
+      elem = _dtypes.of_dtype(dtype)
+    except ValueError:
+      elem = None
+    if elem is None or not elem.jax_ok or dtype.kind == "c":
+      raise _checks.type_error(_OP, "value", value, "an array whose dtype is a real ONNX "
+                               "element type")
+    _VALUE_DTYPES.add(dtype)
   if int(np.size(value)) != 1:
     raise _checks.value_error(_OP, "value", value, "a one-element array")
   return _fill(value, dims)
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+  """``shape`` checked, as a tuple of dims."""
+  if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)")
+  dims = _checks.int_tuple(_OP, "shape", shape)
+  if any(d < 0 for d in dims):
+    raise _checks.value_error(_OP, "shape", shape, "dims >= 0")
+  return dims
+
+
+# Eager calls with a shape seen before skip its checks; `value` dtypes are checked once each.
+_DIMS = _checks.ConfigCache(_dims)
+_VALUE_DTYPES: set[np.dtype] = set()
 
 
 @functools.partial(jax.jit, static_argnums=1)

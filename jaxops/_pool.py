@@ -26,9 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxops._checks import StrEnum, floating_input, int_tuple, value_error
+from jaxops._checks import (ConfigCache, StrEnum, cache_key, floating_input, int_tuple,
+                            value_error)
 
-_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+_DTYPES = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
 _OP = "average_pool"
 
 
@@ -143,6 +144,10 @@ def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, di
       for i, (n, k, s, d, pb, pe) in enumerate(zip(spatial, kernel, strides_, dil, begins, ends)))
 
 
+# Eager calls with a configuration seen before skip the argument checks and the plan building.
+_PLANS = ConfigCache(_plan)
+
+
 def average_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
                  strides: Sequence[int] | None = None, pads: Sequence[int] | None = None,
                  dilations: Sequence[int] | None = None, auto_pad: str = "NOTSET",
@@ -209,8 +214,9 @@ def average_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
     Array([[[0.5, 1.5, 2.5, 1.5]]], dtype=float32)
   """
   x = floating_input(_OP, x, _DTYPES)
-  plan = _plan(tuple(x.shape), kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
-               count_include_pad)
+  shape = tuple(x.shape)
+  static = (shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, count_include_pad)
+  plan = _PLANS(cache_key(*static), *static)
   return _average_pool(x, plan)
 
 

@@ -144,7 +144,8 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
   otherwise, and takes a coordinate within 4 units of rounding of an integer or half-integer as
   that value (so the full box [0, 1] never extrapolates its last sample, and nearest ties round
   as in exact arithmetic).
-  Each static configuration is traced and compiled once; repeated calls reuse it.
+  Each static configuration is checked, planned, traced and compiled once: a repeated eager
+  call with the same shape, dtype and static arguments is a dict lookup and the compiled call.
 
   Args:
     x: the input, any rank >= 1.
@@ -191,7 +192,21 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
     ...               coordinate_transformation_mode="tf_crop_and_resize").tolist()
     [0.75, 2.25]
   """
-  x = jnp.asarray(x)
+  if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
+    x = jnp.asarray(x)
+  static = (sizes, scales, roi, axes, mode, coordinate_transformation_mode, nearest_mode,
+            cubic_coeff_a, exclude_outside, extrapolation_value, keep_aspect_ratio_policy,
+            antialias, _resize10)
+  # A traced roi (or a jax.Array one) has no key: its configuration is built on every call.
+  cfg, roi_traced = _CONFIGS(_checks.cache_key(x.shape, x.dtype, *static), x, *static)
+  return _resize_jit(x, roi_traced, cfg)
+
+
+def _config(x: jax.Array, sizes: Any, scales: Any, roi: Any, axes: Any, mode: Any,
+            coordinate_transformation_mode: Any, nearest_mode: Any, cubic_coeff_a: Any,
+            exclude_outside: Any, extrapolation_value: Any, keep_aspect_ratio_policy: Any,
+            antialias: Any, _resize10: Any) -> tuple[_Config, jax.Array | None]:
+  """Checks resize()'s arguments; its static configuration, and the roi if it is traced."""
   m = Mode.from_string(_OP, "mode", mode)
   coord = CoordinateTransformationMode.from_string(_OP, "coordinate_transformation_mode",
                                                    coordinate_transformation_mode)
@@ -262,7 +277,12 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
   cfg = _Config(tuple(plans), tuple(out_shape), m, coord, nearest, a, exclude_outside, extrap,
                 antialias, bool(_resize10))
   _check_dtype(x.dtype, m)
-  return _resize_jit(x, roi_traced, cfg)
+  return cfg, roi_traced
+
+
+# Eager calls with a configuration seen before (same shape, dtype and static arguments) skip the
+# argument checks and the planning: a dict lookup, then the jitted call.
+_CONFIGS = _checks.ConfigCache(_config)
 
 
 def _float_option(arg: str, value: Any) -> float:

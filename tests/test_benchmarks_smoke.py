@@ -65,6 +65,15 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   assert before == after, "the smoke run must not write into the repository"
 
 
+def test_eager_command_at_tiny_sizes() -> None:
+  proc = _run("-m", "benchmarks.eager", "--tiny", "--threads", "1")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  import jaxops
+  rows = proc.stdout.split("\n")[3:]
+  for name in jaxops.__all__:  # every public function has a row, timed eagerly and under jit
+    assert any(r.startswith(name) and len(r.split()) >= 5 for r in rows), (name, proc.stdout)
+
+
 def test_unknown_only_word_is_an_error() -> None:
   proc = _run("-m", "benchmarks.run", "--only", "no-such-case")
   assert proc.returncode == 2
