@@ -221,7 +221,8 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
       f"- {meta['cpu']}, {meta['logical_cpus']} logical CPUs, {meta['cpus_used']} used; "
       f"{meta['platform']}; Python {meta['python']}; GPU: {meta['gpu'] or 'none'}",
       f"- threads: {meta['threads']} (XLA CPU pool via CPU affinity, torch, onnxruntime intra-op); "
-      f"malloc: {meta.get('malloc', 'glibc default')}",
+      f"malloc: {meta.get('malloc', 'glibc default')}; JAX CPU dispatch: "
+      f"{meta.get('jax_dispatch', 'async (JAX default)')}",
       f"- load average (1/5/15 min) at the end of the run: {meta['load']} (a busy machine "
       "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
       "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),

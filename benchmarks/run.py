@@ -47,6 +47,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                  help="glibc malloc arenas for the whole process, set before jax or torch start "
                       "(mallopt M_ARENA_MAX); 0 leaves glibc's default (default 1: see "
                       "single_arena)")
+  p.add_argument("--sync-dispatch", action="store_true",
+                 help="run JAX programs on the calling thread (jax_cpu_enable_async_dispatch "
+                      "off). Default: JAX's default, async dispatch, which hands every program "
+                      "of 1000 or more flops to a worker thread; on tiny cases that handoff, not "
+                      "the computation, is most of the time")
   p.add_argument("--tiny", action="store_true", help="tiny sizes (the smoke test)")
   p.add_argument("--list", action="store_true", help="print the selected case labels and exit")
   args = p.parse_args(argv)
@@ -123,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   malloc = limit_malloc_arenas(args.malloc_arenas)
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave room for torch CUDA
 
+  if args.sync_dispatch:
+    import jax
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+
   from benchmarks import _harness, _report, cast_cases, pool_cases, resize_cases
 
   specs = [*resize_cases.SPECS, *pool_cases.SPECS, *cast_cases.SPECS]
@@ -159,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu_reason = "Not run: --device cpu was given."
   meta = _report.machine(args.threads, argv, gpu)
   meta["malloc"] = malloc
+  meta["jax_dispatch"] = "sync (calling thread)" if args.sync_dispatch else "async (JAX default)"
   _report.write(meta, results, devices[args.device], args.out, args.reps, args.runs, gpu_reason,
                 args.json)
   print()
