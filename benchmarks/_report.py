@@ -199,13 +199,17 @@ device and in the same blocks: the time to move those bytes once. GB/s columns a
 (read + write) over the median time.
 On a GPU the resize and pool inputs have a batch {gpu_batch} times larger than on the CPU.
 The process is pinned to --threads CPUs (sched_setaffinity), which sizes XLA's CPU thread pool;
-torch uses torch.set_num_threads(--threads). On glibc the process uses one malloc arena
-(mallopt M_ARENA_MAX=1, set before jax and torch start; `--malloc-arenas 0` leaves the default):
-with glibc's per-thread arenas, XLA's output buffers are given back to the OS and faulted in
-again on every call in some processes and not in others (Resize linear 2x: 16-18 ms with 6452
-page faults per call against 5-7 ms), a per-process lottery that decided rows by a factor of 2-3.
-torch and onnxruntime allocate on their calling thread or from their own arena and did not show
-it. The setting applies to every system in the process alike."""
+torch uses torch.set_num_threads(--threads). On glibc the process keeps freed memory for reuse
+(`--malloc steady`, the default: one malloc arena, no mmap, no trimming below 1 GiB, set before
+jax and torch start), as onnxruntime's arena and the GPU caching allocators do. With glibc's
+defaults, blocks of 32 MiB and more and trimmed heaps go back to the OS after each call and are
+faulted in again on the next, in some processes and not others: Resize linear 2x took 16-18 ms
+(6452 page faults per call) or 5-7 ms, a 16M float32 -> bfloat16 cast 15-18 ms or 4 ms, by the
+luck of the process. The setting applies to every system in the process alike (PyTorch's cast
+gained as much as jaxops'); `--malloc default` measures glibc as it is.
+JAX programs are dispatched as JAX does by default (asynchronously: a program of 1000 flops or
+more runs on a worker thread, and each timed call waits for it); `--sync-dispatch` runs them on
+the calling thread."""
 
 
 DEVICES = (("cpu", "CPU"), ("gpu", "GPU"))

@@ -43,10 +43,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                       "benchmarks/); RESULTS.md shows the latest run on each device found there")
   p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                  help="auto: CPU, plus GPU when one is present (default)")
-  p.add_argument("--malloc-arenas", type=int, default=1,
-                 help="glibc malloc arenas for the whole process, set before jax or torch start "
-                      "(mallopt M_ARENA_MAX); 0 leaves glibc's default (default 1: see "
-                      "single_arena)")
+  p.add_argument("--malloc", choices=("steady", "default"), default="steady",
+                 help="steady: glibc keeps freed memory for the next call (one arena, no mmap, "
+                      "no trimming below 1 GiB), set before jax or torch start, so no system "
+                      "faults its outputs in again on every call; default: glibc as it is "
+                      "(default: steady; see steady_malloc)")
   p.add_argument("--sync-dispatch", action="store_true",
                  help="run JAX programs on the calling thread (jax_cpu_enable_async_dispatch "
                       "off). Default: JAX's default, async dispatch, which hands every program "
@@ -55,8 +56,6 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--tiny", action="store_true", help="tiny sizes (the smoke test)")
   p.add_argument("--list", action="store_true", help="print the selected case labels and exit")
   args = p.parse_args(argv)
-  if args.malloc_arenas < 0:
-    p.error(f"--malloc-arenas must be at least 0; got {args.malloc_arenas}")
   for name in ("reps", "runs", "threads"):
     if getattr(args, name) < 1:
       p.error(f"--{name} must be at least 1; got {getattr(args, name)}")
@@ -71,32 +70,38 @@ def pin_threads(threads: int) -> None:
       os.sched_setaffinity(0, cpus[:threads])
 
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
+# glibc's mallopt parameters (malloc.h); values are C ints.
+M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
+_KEEP_BYTES = 1 << 30
 
 
-def limit_malloc_arenas(arenas: int) -> str:
-  """Cap glibc's malloc arenas for this process (before any thread starts); says what was done.
+def steady_malloc(mode: str) -> str:
+  """Make glibc keep freed memory for reuse (``mode == "steady"``); says what was done.
 
-  Why: XLA's CPU runtime allocates each call's output and temporary buffers with malloc on its
-  own threads. glibc gives such threads their own arenas, whose heaps are trimmed back to the OS
-  when large blocks are freed, so in some processes (decided by which arena a thread happened to
-  get) every call's fresh multi-megabyte output is faulted in page by page again: measured here,
-  Resize linear 2x took 16-18 ms with 6452 minor page faults per call (its 25 MiB output) in
-  about half of the processes, and 5-7 ms with ~1500 in the others. torch allocates its outputs
-  on the calling thread (the main arena) and onnxruntime from its own arena, so they never saw
-  this. One arena for the whole process (what MALLOC_ARENA_MAX=1 does) removes the lottery for
-  every system in the process alike. 0 leaves glibc's default.
+  Must run before any thread starts. Why: XLA's CPU runtime (and PyTorch on the CPU) allocate
+  each call's outputs and temporaries with malloc and free them after. By default glibc gives
+  blocks of 32 MiB and more straight back to the OS (mmap/munmap), trims heaps whose free top
+  grows past a threshold, and gives each thread its own arena; a block given back is faulted in
+  again, page by page, on the next call. Which calls paid that was a lottery: Resize linear 2x
+  took 16-18 ms with 6452 page faults per call in some processes and 5-7 ms with ~1500 in
+  others; a 16M-element float32 -> bfloat16 cast 4 ms or 15-18 ms (8192 faults per call, its
+  32 MiB output). onnxruntime (its own arena) and NumPy (huge pages) did not pay it. "steady"
+  (one arena, no mmap, trimming only past 1 GiB) keeps freed memory for the next call, as
+  onnxruntime's arena and the GPU caching allocators of JAX and PyTorch do, for every system in
+  the process alike. "default" leaves glibc as it is.
   """
-  if arenas == 0:
+  if mode == "default":
     return "glibc default"
   try:
     import ctypes
     libc = ctypes.CDLL("libc.so.6")
   except OSError:
     return "not glibc: allocator default"
-  if libc.mallopt(M_ARENA_MAX, arenas) != 1:
-    return "mallopt(M_ARENA_MAX) refused: glibc default"
-  return f"glibc M_ARENA_MAX={arenas}"
+  done = [libc.mallopt(M_ARENA_MAX, 1), libc.mallopt(M_MMAP_MAX, 0),
+          libc.mallopt(M_TRIM_THRESHOLD, _KEEP_BYTES)]
+  if done != [1, 1, 1]:
+    return f"mallopt refused ({done}): glibc default"
+  return "steady (glibc: one arena, no mmap, trim past 1 GiB)"
 
 
 def gpu_status() -> tuple[str | None, str]:
@@ -125,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   args = parse(argv)
   pin_threads(args.threads)
-  malloc = limit_malloc_arenas(args.malloc_arenas)
+  malloc = steady_malloc(args.malloc)
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave room for torch CUDA
 
   if args.sync_dispatch:
