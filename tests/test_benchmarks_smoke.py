@@ -59,6 +59,9 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   text = (out / "RESULTS.md").read_text()
   for heading in ("## Method", "## CPU", "## GPU", "load average", "ratios.png"):
     assert heading in text
+  # The run says how memory and JAX dispatch were set up (both change CPU timings).
+  assert "malloc: steady" in text or "malloc: not glibc" in text
+  assert "JAX CPU dispatch: async (JAX default)" in text
   assert (out / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert json.loads((out / "results-cpu.json").read_text())["results"] == results
   after = committed.read_bytes() if committed.exists() else None
@@ -72,6 +75,31 @@ def test_eager_command_at_tiny_sizes() -> None:
   rows = proc.stdout.split("\n")[3:]
   for name in jaxops.__all__:  # every public function has a row, timed eagerly and under jit
     assert any(r.startswith(name) and len(r.split()) >= 5 for r in rows), (name, proc.stdout)
+
+
+def test_steady_malloc_keeps_freed_memory() -> None:
+  # In a fresh process: after --malloc steady's settings, a freed 32 MiB block is reused
+  # without page faults; with glibc's defaults it is given back and faulted in again.
+  code = (
+      "import ctypes, resource, sys\n"
+      "from benchmarks.run import steady_malloc\n"
+      "said = steady_malloc(sys.argv[1])\n"
+      "libc = ctypes.CDLL('libc.so.6')\n"
+      "libc.malloc.restype = ctypes.c_void_p; libc.free.argtypes = [ctypes.c_void_p]\n"
+      "n = 32 << 20\n"
+      "for i in range(4):\n"
+      "  if i == 2: f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+      "  p = libc.malloc(n); ctypes.memset(p, 1, n); libc.free(p)\n"
+      "print(said, '|', (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) // 2)\n")
+  if sys.platform != "linux":
+    pytest.skip("glibc's mallopt is Linux-only")  # never on CI (Linux)
+  steady = _run("-c", code, "steady")
+  default = _run("-c", code, "default")
+  assert steady.returncode == 0 and default.returncode == 0, steady.stderr + default.stderr
+  said, faults = steady.stdout.split("|")
+  assert said.startswith("steady") and int(faults) < 100, steady.stdout
+  said, faults = default.stdout.split("|")
+  assert said.startswith("glibc default") and int(faults) > 4000, default.stdout
 
 
 def test_unknown_only_word_is_an_error() -> None:
