@@ -165,6 +165,19 @@ def test_phase_path_cases_and_fallbacks():
                              rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.bool_, jnp.bfloat16])
+def test_phase_path_copies_are_exact_for_any_dtype(dtype):
+  # Nearest 3x upsampling with clamped edges along the minor axis: a pure copy, exact.
+  n = 20
+  src = np.clip(np.floor((np.arange(3 * n) + 0.5) / 3 - 0.2).astype(np.int64), 0, n - 1)
+  idx, w = src[:, None], np.ones((3 * n, 1))
+  assert rk._table(idx, w, n).phases() is not None
+  x = (np.arange(2 * 5 * n).reshape(2, 5, n) % 11).astype(dtype)
+  y = jax.jit(lambda x: apply_taps(x, 2, idx, w))(jnp.asarray(x))
+  assert y.dtype == jnp.dtype(dtype)
+  np.testing.assert_array_equal(np.asarray(y), x[..., src])
+
+
 def test_phase_path_keeps_zero_weight_semantics():
   # A live tap column is multiplied even where one phase's weight is 0 (0 * inf = nan), as the
   # gather path and the reference do; an all-zero column is never read.
