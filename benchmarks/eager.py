@@ -37,7 +37,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/eager.py`: make the repository importable
   sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.run import pin_threads  # noqa: E402
+from benchmarks.run import pin_threads, require_positive  # noqa: E402
 
 GLOBAL_SHAPE = (8, 512, 7, 7)  # GlobalAveragePool's benchmark case (benchmarks/pool_cases.py)
 SMALL_SHAPE = (1, 3, 32, 32)
@@ -52,9 +52,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                  help="CPUs the process is pinned to, and torch's threads (default 2)")
   p.add_argument("--tiny", action="store_true", help="tiny inputs, few calls (the smoke test)")
   args = p.parse_args(argv)
-  for name in ("calls", "blocks", "threads"):
-    if getattr(args, name) < 1:
-      p.error(f"--{name} must be at least 1; got {getattr(args, name)}")
+  require_positive(p, args, ("calls", "blocks", "threads"))
   return args
 
 

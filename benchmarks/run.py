@@ -56,10 +56,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--tiny", action="store_true", help="tiny sizes (the smoke test)")
   p.add_argument("--list", action="store_true", help="print the selected case labels and exit")
   args = p.parse_args(argv)
-  for name in ("reps", "runs", "threads"):
+  require_positive(p, args, ("reps", "runs", "threads"))
+  return args
+
+
+def require_positive(p: argparse.ArgumentParser, args: argparse.Namespace,
+                     names: Sequence[str]) -> None:
+  """Exit with a usage error unless each of the integer options ``names`` is at least 1."""
+  for name in names:
     if getattr(args, name) < 1:
       p.error(f"--{name} must be at least 1; got {getattr(args, name)}")
-  return args
 
 
 def pin_threads(threads: int) -> None:

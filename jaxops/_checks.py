@@ -115,10 +115,15 @@ class StrEnum(str, enum.Enum):
     raise value_error(op, arg, value, f"one of {allowed}")
 
 
+def as_array(x: Any) -> jax.Array:
+  """``x`` as a JAX array: a jax.Array or tracer as it is (what jnp.asarray would return, without
+  its dispatch cost on every eager call), anything else through jnp.asarray."""
+  return x if isinstance(x, jax.Array) else jax.numpy.asarray(x)
+
+
 def floating_input(op: str, x: Any, allowed: Sequence[np.dtype]) -> jax.Array:
   """``x`` as a JAX array whose dtype is one of ``allowed``, else a TypeError naming them."""
-  if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
-    x = jax.numpy.asarray(x)
+  x = as_array(x)
   if x.dtype not in allowed:
     names = ", ".join(np.dtype(d).name for d in allowed)
     raise TypeError(f"{op}: argument `x` must have dtype in ({names}); got dtype {x.dtype}")

@@ -192,8 +192,7 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
     ...               coordinate_transformation_mode="tf_crop_and_resize").tolist()
     [0.75, 2.25]
   """
-  if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
-    x = jnp.asarray(x)
+  x = _checks.as_array(x)
   static = (sizes, scales, roi, axes, mode, coordinate_transformation_mode, nearest_mode,
             cubic_coeff_a, exclude_outside, extrapolation_value, keep_aspect_ratio_policy,
             antialias, _resize10)

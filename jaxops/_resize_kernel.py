@@ -90,7 +90,9 @@ class _Table:
     self._pos_t: np.ndarray | None = None
     self.copy = w is not None and self.k == 1 and bool(np.all(w == 1.0))
     # Tap columns that are not all zero (what the device plan reads per output).
-    self.live_taps = self.k if w is None else int(np.count_nonzero(np.any(w != 0, axis=0)))
+    # Tap columns that are not all zero: the ones the device plan reads.
+    self.live = np.ones(self.k, bool) if w is None else np.any(w != 0, axis=0)
+    self.live_taps = int(np.count_nonzero(self.live))
     self._phases: _Phases | None | bool = False  # False: not computed yet
 
   def phases(self) -> _Phases | None:
@@ -209,7 +211,7 @@ def _find_phases(t: _Table) -> _Phases | None:
   g = math.gcd(t.n_out, t.n_in)
   a, b = t.n_out // g, t.n_in // g
   blocks = t.n_out // a
-  live = np.any(t.w != 0, axis=0)
+  live = t.live
   if a > _MAX_PHASES or blocks < _MIN_BLOCKS or not 1 <= int(live.sum()) <= _MAX_PHASE_TAPS:
     return None
   mid = blocks // 2
