@@ -208,3 +208,50 @@ class ConfigCache(Generic[R]):
     """Forgets every result and resets the counters."""
     self._results.clear()
     self.hits = self.misses = 0
+
+
+# --- static options and dtype helpers shared by every op ----------------------------------------
+
+
+def static_bool(op: str, arg: str, value: Any) -> bool:
+  """A static bool option: a Python/NumPy bool or the ONNX integers 0/1, else a TypeError.
+
+  Traced values are a TypeError too (the option selects code, so it must be concrete).
+  """
+  if is_traced(value):
+    raise type_error(op, arg, value, "a Python bool or 0/1 (it is static: it must be concrete "
+                     "under jax.jit)")
+  if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
+                                             and int(value) in (0, 1)):
+    return bool(value)
+  raise type_error(op, arg, value, "a bool (or the ONNX integers 0/1)")
+
+
+def static_float(op: str, arg: str, value: Any, *, finite: bool = True) -> float:
+  """A static float option (Python or NumPy number), else a TypeError; non-finite: ValueError."""
+  if is_traced(value):
+    raise type_error(op, arg, value, "a Python or NumPy float (it is static: it must be "
+                     "concrete under jax.jit)")
+  if isinstance(value, (bool, np.bool_, str, bytes)):
+    raise type_error(op, arg, value, "a float")
+  try:
+    out = float(value)
+  except (TypeError, ValueError):
+    raise type_error(op, arg, value, "a float") from None
+  if finite and not np.isfinite(out):
+    raise value_error(op, arg, value, "a finite float")
+  return out
+
+
+_HALF_DTYPES = (np.dtype(jax.numpy.float16), np.dtype(jax.numpy.bfloat16))
+
+
+def compute_dtype(dtype: Any) -> np.dtype:
+  """The dtype a floating computation runs in: float32 for float16/bfloat16, else ``dtype``."""
+  dtype = np.dtype(dtype)
+  return np.dtype(np.float32) if dtype in _HALF_DTYPES else dtype
+
+
+def along_axis(vector: Any, axis: int, ndim: int) -> Any:
+  """``vector`` (1-D) reshaped to broadcast along ``axis`` of a rank-``ndim`` array."""
+  return vector.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
