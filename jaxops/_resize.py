@@ -500,8 +500,30 @@ def _resize_jit(x: jax.Array, roi: jax.Array | None, cfg: _Config) -> jax.Array:
       y = _traced_pass(y, p, cfg, roi)
   if not nearest and jnp.issubdtype(in_dtype, jnp.integer):
     info = jnp.iinfo(in_dtype)
-    y = jnp.clip(jnp.round(y), info.min, info.max)
+    y = jnp.clip(_round_half_even(y), info.min, info.max)
   return y.astype(in_dtype)
+
+
+# A result this many units of rounding (relative to its magnitude, at least 1), and at most
+# _TIE_MAX, from a multiple of 1/2 is taken as exactly that value before rounding to an integer.
+_TIE_ULPS = 64
+_TIE_MAX = 2.0**-12
+
+
+def _round_half_even(y: jax.Array) -> jax.Array:
+  """Rounds half to even as in exact arithmetic: near-halves are snapped onto the half first.
+
+  The tables' weights are float64 (or float32) roundings of rational numbers, so a result that
+  is exactly ``k + 1/2`` in exact arithmetic can come out a few units of rounding below or above
+  it (more where positive and negative cubic taps cancel) and would round the wrong way. A value
+  within ``_TIE_ULPS`` units of rounding of a multiple of 1/2 is moved onto it, as the traced-roi
+  path snaps its coordinates. The band is capped at ``_TIE_MAX``: for large values computed in
+  float32 (16-bit inputs) the units of rounding approach the spacing of the exact results, and
+  a wider band would move results that are not halves.
+  """
+  half = jnp.round(2 * y) / 2
+  tol = jnp.minimum(_TIE_ULPS * jnp.finfo(y.dtype).eps * jnp.maximum(jnp.abs(y), 1), _TIE_MAX)
+  return jnp.round(jnp.where(jnp.abs(y - half) <= tol, half, y))
 
 
 def _static_passes(y: jax.Array, cfg: _Config) -> jax.Array:
