@@ -120,7 +120,8 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
                             + x_resized * (end - start) * (length_original - 1) / (length_resized - 1)
                           : 0.5 * (start + end) * (length_original - 1)
                           and ``extrapolation_value`` where x_original < 0 or > length_original - 1
-    tf_half_pixel_for_nn  (x_resized + 0.5) / scale          (Resize-11 only)
+    tf_half_pixel_for_nn  (x_resized + 0.5) / scale          (Resize-11 only; an axis with
+                          scale 1 and unchanged length is left unchanged)
 
   ``nearest`` takes the pixel at ``x_original`` rounded by ``nearest_mode``; ``linear`` weights
   the two neighbours by ``1 - |d|``; ``cubic`` the four neighbours by Keys' kernel with
@@ -153,7 +154,9 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
       ``sizes`` and ``scales``.
     scales: the scale of each axis in ``axes`` (> 0; < 1 downsamples).
     roi: ``[start_1, ..., start_n, end_1, ..., end_n]`` over ``axes``, normalised to [0, 1]
-      input coordinates; used (and required) by tf_crop_and_resize only.
+      input coordinates; used by tf_crop_and_resize only, where None (the default) is the
+      full box ``[0, ..., 0, 1, ..., 1]`` (as onnx.reference and onnxruntime read a missing
+      roi).
     axes: the axes that ``sizes``/``scales``/``roi`` refer to (negative counts from the back,
       any order, no repeats); default all axes.
     mode: "nearest", "linear" or "cubic".
@@ -177,8 +180,8 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
   Raises:
     TypeError: a shape-deciding argument is traced; a non-numeric dtype with linear/cubic.
     ValueError: both or neither of ``sizes``/``scales``; wrong lengths; non-positive scales;
-      negative sizes; bad or repeated axes; an unknown mode string; tf_crop_and_resize
-      without ``roi``; ``antialias`` with mode="nearest".
+      negative sizes; bad or repeated axes; an unknown mode string; a ``roi`` of the wrong
+      length; ``antialias`` with mode="nearest".
 
   Examples:
     >>> import jax.numpy as jnp, jaxops
@@ -235,9 +238,8 @@ def _config(x: jax.Array, sizes: Any, scales: Any, roi: Any, axes: Any, mode: An
   roi_static: np.ndarray | None = None
   roi_traced: jax.Array | None = None
   if coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
-    if roi is None:
-      raise ValueError(f"{_OP}: coordinate_transformation_mode='tf_crop_and_resize' needs "
-                       f"`roi` ([starts..., ends...] over the {len(ax)} resized axes); got None")
+    if roi is None:  # the full box, as onnx.reference and onnxruntime take a missing roi
+      roi = [0.0] * len(ax) + [1.0] * len(ax)
     if _checks.is_traced(roi):
       roi_traced = jnp.asarray(roi)
       if roi_traced.shape != (2 * len(ax),):
@@ -354,11 +356,17 @@ def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any
 
 
 def _is_identity(p: _Axis, coord: CoordinateTransformationMode) -> bool:
+  """Whether an axis is left unchanged: same length, scale 1 (and the full roi box).
+
+  tf_half_pixel_for_nn's ``(x + 0.5) / 1`` would shift an axis with scale 1 by half a pixel
+  (one pixel with nearest_mode ceil); the axis is kept unchanged, as onnxruntime does and as
+  TensorFlow, where the mode comes from, resizes only the spatial axes (docs/DEVIATIONS.md).
+  """
   if p.out_len != p.in_len or p.scale != 1.0:
     return False
   if coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
     return p.roi == (0.0, 1.0)
-  return coord is not CoordinateTransformationMode.TF_HALF_PIXEL_FOR_NN
+  return True
 
 
 # --- tables -------------------------------------------------------------------------------------
@@ -388,9 +396,7 @@ def _coords(xp: Any, p: _Axis, coord: CoordinateTransformationMode, y: Any,
     return y / s
   if coord is C.TF_HALF_PIXEL_FOR_NN:
     return (y + 0.5) / s
-  if roi is None:  # resize() rejects tf_crop_and_resize without roi before tables are built
-    raise ValueError(f"{_OP}: tf_crop_and_resize needs `roi`")
-  start, end = roi
+  start, end = roi if roi is not None else (0.0, 1.0)  # _config fills a missing roi in
   if p.resized_len > 1:
     return y * (end - start) * (n_in - 1) / (p.resized_len - 1) + start * (n_in - 1)
   return y * 0.0 + 0.5 * (start + end) * (n_in - 1)

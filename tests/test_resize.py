@@ -196,8 +196,6 @@ def test_half_types_round_once():
     (dict(sizes=[-1]), ValueError, r"`sizes` must be integers >= 0"),
     (dict(sizes=[2], mode="bilinear"), ValueError,
      r"`mode` must be one of 'nearest', 'linear', 'cubic'; got 'bilinear'"),
-    (dict(sizes=[2], coordinate_transformation_mode="tf_crop_and_resize"), ValueError,
-     r"tf_crop_and_resize' needs `roi`"),
     (dict(sizes=[2], roi=[0.0, 0.5, 1.0], coordinate_transformation_mode="tf_crop_and_resize"),
      ValueError, r"`roi` must be a 1-D array of 2 values"),
     (dict(sizes=[2], antialias=True), ValueError, r"`antialias` must be False with mode="),

@@ -1,0 +1,181 @@
+"""Resize models that onnxruntime and onnx.reference run, run by jaxops the same way.
+
+Oracles: onnxruntime and onnx.reference on the same one-node models (through
+jaxops.onnx.Backend), and values derived by hand from the spec formulas (derivations in the
+comments). The cases where jaxops keeps to the spec text against one of them are pinned here
+and listed in docs/DEVIATIONS.md (Resize).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import chex
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import jaxops
+from jaxops.onnx import Backend
+
+
+def _model(opset: int, shape: list[int], inputs: list[str], inits: list, dtype: int = 1,
+           **attrs) -> onnx.ModelProto:
+  graph = helper.make_graph(
+      [helper.make_node("Resize", inputs, ["Y"], **attrs)], "g",
+      [helper.make_tensor_value_info("X", dtype, shape)],
+      [helper.make_tensor_value_info("Y", dtype, [None] * len(shape))], initializer=inits)
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+  opts = ort.SessionOptions()
+  opts.intra_op_num_threads = 1
+  opts.log_severity_level = 3
+  sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+  return sess.run(None, {"X": x})[0]
+
+
+# --- tf_crop_and_resize without roi: the full box ----------------------------------------------
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18, 19])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_tf_crop_and_resize_without_roi_is_the_full_box(opset, mode):
+  # Resize-13+: roi omitted (""), as onnxruntime runs it (the full box). Resize-11, whose roi
+  # input is required, with an empty roi tensor (onnxruntime rejects that; jaxops reads it as
+  # omitted). onnx.reference raises "roi cannot be None" for both: it is run with the explicit
+  # full box [0, 0, 0, 0, 1, 1, 1, 1] instead.
+  shape = [1, 2, 4, 5]
+  x = np.random.default_rng(opset).standard_normal(shape).astype(np.float32)
+  scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 1.5, 0.6])
+  attrs = dict(mode=mode, coordinate_transformation_mode="tf_crop_and_resize",
+               extrapolation_value=-9.0)
+  if opset == 11:
+    empty = helper.make_tensor("roi", TensorProto.FLOAT, [0], [])
+    model = _model(opset, shape, ["X", "roi", "scales"], [empty, scales], **attrs)
+  else:
+    model = _model(opset, shape, ["X", "", "scales"], [scales], **attrs)
+  got = Backend.run_model(model, [x])[0]
+  box = helper.make_tensor("roi", TensorProto.FLOAT, [8], [0, 0, 0, 0, 1, 1, 1, 1])
+  full = _model(opset, shape, ["X", "roi", "scales"], [box, scales], **attrs)
+  ref = ReferenceEvaluator(full).run(None, {"X": x})[0]
+  chex.assert_trees_all_close(got, ref, rtol=1e-5, atol=1e-5)
+  chex.assert_trees_all_close(got, _ort(model if opset > 11 else full, x), rtol=1e-5, atol=1e-5)
+  assert not np.any(got == -9.0)
+
+
+def test_tf_crop_and_resize_without_roi_python_api():
+  # Full box on length 4 -> 3: x_original = y * (4 - 1) / (3 - 1) = 0, 1.5, 3.
+  x = np.array([0.0, 10.0, 20.0, 30.0])
+  got = jaxops.resize(x, sizes=[3], mode="linear",
+                      coordinate_transformation_mode="tf_crop_and_resize")
+  chex.assert_trees_all_close(np.asarray(got), np.array([0.0, 15.0, 30.0]))
+
+
+# --- Resize-11 tf_half_pixel_for_nn: axes with scale 1 are unchanged ---------------------------
+
+
+@pytest.mark.parametrize("nearest_mode", ["ceil", "round_prefer_ceil", "floor",
+                                          "round_prefer_floor"])
+def test_tf_half_pixel_for_nn_keeps_axes_with_scale_1(nearest_mode):
+  # The formula (x + 0.5) / 1 with ceil would read element x + 1 of the batch and channel axes
+  # (the next channel's pixels); onnxruntime and TensorFlow leave those axes alone. Rows: scale
+  # 0.5, x_original = (y + 0.5) * 2 = 1, 3, 5 -> pixels 1, 3, 5 in every nearest_mode.
+  shape = [2, 3, 6, 4]
+  x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+  scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 0.5, 1])
+  roi = helper.make_tensor("roi", TensorProto.FLOAT, [0], [])
+  model = _model(11, shape, ["X", "roi", "scales"], [roi, scales], mode="nearest",
+                 coordinate_transformation_mode="tf_half_pixel_for_nn",
+                 nearest_mode=nearest_mode)
+  got = Backend.run_model(model, [x])[0]
+  np.testing.assert_array_equal(got, _ort(model, x))
+  np.testing.assert_array_equal(got, x[:, :, [1, 3, 5], :])
+
+
+def test_tf_half_pixel_for_nn_python_api_rank_3():
+  # The issue's shape: (1, 2, 4), scales (1, 1, 0.5), ceil: last axis x_original = 1, 3.
+  x = np.arange(8.0).reshape(1, 2, 4)
+  got = jaxops.resize(x, scales=[1, 1, 0.5], nearest_mode="ceil",
+                      coordinate_transformation_mode="tf_half_pixel_for_nn")
+  np.testing.assert_array_equal(np.asarray(got), x[:, :, [1, 3]])
+
+
+# --- half_pixel_symmetric with keep_aspect_ratio_policy ------------------------------------------
+
+
+def _spec_hps_coords(n_in: int, scale: Fraction) -> list[Fraction]:
+  """half_pixel_symmetric from the Resize-19 text, exact: output_width = scale * n_in (the
+  target length, fractional), output_width_int = round_int(output_width) (the output length)."""
+  width = scale * n_in
+  width_int = int(width + Fraction(1, 2))
+  offset = Fraction(n_in, 2) * (1 - Fraction(width_int) / width)
+  return [offset + (y + Fraction(1, 2)) / scale - Fraction(1, 2) for y in range(width_int)]
+
+
+def _linear_exact(x: np.ndarray, coords: list[Fraction]) -> np.ndarray:
+  """Linear interpolation along the last axis at exact coordinates, edge pixels repeated."""
+  n = x.shape[-1]
+  cols = []
+  for c in coords:
+    i0 = int(np.floor(float(c)))
+    f = float(c - i0)
+    cols.append(x[..., min(max(i0, 0), n - 1)] * (1 - f) + x[..., min(max(i0 + 1, 0), n - 1)] * f)
+  return np.stack(cols, axis=-1)
+
+
+@pytest.mark.parametrize("policy", ["not_larger", "not_smaller"])
+def test_half_pixel_symmetric_reads_output_width_as_the_fractional_target(policy):
+  # (6, 9) to sizes (13, 8): not_larger: scale min(13/6, 8/9) = 8/9, lengths round(16/3) = 5 and
+  # 8; not_smaller: scale 13/6, lengths 13 and round(19.5) = 20. The Resize-19 text defines
+  # output_width as "the target length ... which can be a fractional number when it is
+  # calculated out of a scale factor" and output_width_int as the integer output length, so the
+  # adjustment is output_width_int / (scale * length): 20 / 19.5 on the last axis here (the
+  # other reading, output_width = the output length, would make the offset 0).
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((6, 9))
+  ratios = [Fraction(13, 6), Fraction(8, 9)]
+  scale = min(ratios) if policy == "not_larger" else max(ratios)
+  want = _linear_exact(x, _spec_hps_coords(9, scale))
+  want = np.swapaxes(_linear_exact(np.swapaxes(want, 0, 1), _spec_hps_coords(6, scale)), 0, 1)
+  kw = dict(mode="linear", coordinate_transformation_mode="half_pixel_symmetric",
+            keep_aspect_ratio_policy=policy)
+  got = np.asarray(jaxops.resize(x, sizes=[13, 8], **kw))
+  chex.assert_trees_all_close(got, want, rtol=1e-12, atol=1e-12)
+  node = helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], **kw)
+  ref = ReferenceEvaluator(node).run(None, {"X": x, "sizes": np.array([13, 8])})[0]
+  # The reference reads output_width so too; it is compared where no coordinate is an exact
+  # integer (there its tap window may slip: test_deviation_half_pixel_symmetric_keep_aspect_window).
+  cols = [j for j, c in enumerate(_spec_hps_coords(9, scale)) if c.denominator != 1]
+  rows = [i for i, c in enumerate(_spec_hps_coords(6, scale)) if c.denominator != 1]
+  chex.assert_trees_all_close(ref[np.ix_(rows, cols)], want[np.ix_(rows, cols)], rtol=1e-12,
+                              atol=1e-12)
+
+
+def test_deviation_half_pixel_symmetric_keep_aspect_window():
+  # The issue's case: cubic a = -0.5, (1, 1, 6, 9) to sizes (1, 1, 13, 8), not_smaller, no axes:
+  # scale 13/6, output (2, 2, 13, 20). Last axis, output 16: x_original = 9/2 * (1 - 20/19.5) +
+  # 16.5 * 6/13 - 1/2 = -3/26 + 99/13 - 1/2 = 7 exactly: the cubic weights at distance 0, 1, 2
+  # are 1, 0, 0, so the output is pixel 7 of the row-resized array. The reference computes
+  # 7.000000000000001, then places its window from x + 2 rounded to 9.0 and reads pixel 6
+  # (DEVIATIONS Resize 4).
+  x = np.random.default_rng(0).standard_normal((1, 1, 6, 9)).astype(np.float32)
+  kw = dict(mode="cubic", cubic_coeff_a=-0.5, coordinate_transformation_mode="half_pixel_symmetric",
+            keep_aspect_ratio_policy="not_smaller")
+  sizes = np.array([1, 1, 13, 8])
+  got = np.asarray(jaxops.resize(x, sizes=sizes, **kw))
+  assert got.shape == (2, 2, 13, 20)
+  node = helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], **kw)
+  ref = ReferenceEvaluator(node).run(None, {"X": x, "sizes": sizes})[0]
+  # The row pass alone (the reference, axes [2]: no coordinate near an integer there).
+  rows_node = helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], axes=[2], **kw)
+  rows = ReferenceEvaluator(rows_node).run(None, {"X": x, "sizes": np.array([13])})[0]
+  # Batch and channel: length 1 -> 2, every tap clamps to the one element: copies.
+  np.testing.assert_allclose(got[1, 1, :, 16], rows[0, 0, :, 7], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(ref[0, 0, :, 16], rows[0, 0, :, 6], rtol=1e-5, atol=1e-6)
+  others = [j for j in range(20) if j != 16]
+  np.testing.assert_allclose(got[..., others], ref[..., others], rtol=1e-5, atol=1e-5)
