@@ -190,7 +190,7 @@ def test_round_mode_and_saturate_attributes_of_cast24():
                                   extra_inputs=(like,)), [x])
   np.testing.assert_array_equal(_f64(y)[:2], [1, 2])
   node = helper.make_node("CastLike", ["x", "like"], ["y"])
-  with pytest.raises(TypeError, match="CastLike version 23 does not allow target_type of type "
+  with pytest.raises(TypeError, match=r"CastLike-23\): input 1 \(`target_type`\) has element type "
                      "FLOAT8E8M0"):
     Backend.run_node(node, [x, like], opset_version=23)
 
@@ -202,7 +202,7 @@ def test_castlike_saturate_from_version_19():
                                   extra_inputs=(like,)), [x])
   assert np.isnan(_f64(y)).all()
   node = helper.make_node("CastLike", ["x", "like"], ["y"])
-  with pytest.raises(TypeError, match="CastLike version 15 does not allow target_type of type "
+  with pytest.raises(TypeError, match=r"CastLike-15\): input 1 \(`target_type`\) has element type "
                      "FLOAT8E4M3FN"):
     Backend.run_node(node, [x, like], opset_version=15)
   (z,) = Backend.run_node(node, [np.array([2.5, -1.0]), np.zeros(2, np.int16)], opset_version=15)

@@ -149,6 +149,7 @@ class BackendRep(_BaseRep):
           ins.append(np.asarray(env[name]))
         else:
           ins.append(env[name])
+      _registry.check_node(node.name, adapter, ins, attrs)
       outs = adapter.fn(ins, attrs)
       for name, value in zip(node.output, outs):
         if name:

@@ -16,12 +16,18 @@ eagerly on the host (STRING casts), which makes the whole model run without jit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import onnx.defs
+
+from jaxops import _dtypes
 
 Adapt = Callable[[list[Any], dict[str, Any]], list[Any]]
+# A rank rule: (inputs, attrs) -> None when the ranks are valid, else (input index, what is wrong).
+RankRule = Callable[[list[Any], dict[str, Any]], "tuple[int, str] | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +37,7 @@ class Adapter:
   fn: Adapt
   static_inputs: tuple[int, ...] = ()
   host: Callable[[dict[str, Any]], bool] | None = None
+  rank: RankRule | None = None
 
 
 ADAPTERS: dict[tuple[str, int], Adapter] = {}
@@ -41,15 +48,130 @@ OPERATORS = ("Cast", "CastLike", "ConstantOfShape", "Resize", "Upsample", "Avera
 
 
 def register(op_type: str, *since_versions: int, static_inputs: Sequence[int] = (),
-             host: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[Adapt], Adapt]:
-  """Register ``fn`` as the adapter of ``op_type`` for each of ``since_versions``."""
+             host: Callable[[dict[str, Any]], bool] | None = None,
+             rank: RankRule | None = None) -> Callable[[Adapt], Adapt]:
+  """Register ``fn`` as the adapter of ``op_type`` for each of ``since_versions``.
+
+  Every node is checked by ``check_node`` before its adapter runs: the element type of each
+  input against that version's schema, and ``rank`` (a rule such as ``pool_rank``) when given.
+  """
 
   def deco(fn: Adapt) -> Adapt:
     for v in since_versions:
-      ADAPTERS[(op_type, v)] = Adapter(op_type, v, fn, tuple(static_inputs), host)
+      ADAPTERS[(op_type, v)] = Adapter(op_type, v, fn, tuple(static_inputs), host, rank)
     return fn
 
   return deco
+
+
+# --- the shared node check ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputRule:
+  name: str                 # the schema's name of the input ("X", "roi", ...)
+  param: str | None         # its type parameter ("T"), None for a fixed type
+  allowed: frozenset[str]   # ONNX element type names it accepts
+  variadic: bool
+
+
+@functools.cache
+def _input_rules(op_type: str, since: int) -> tuple[_InputRule, ...]:
+  """The schema's type rule of each formal input of ``op_type`` version ``since``."""
+  schema = onnx.defs.get_schema(op_type, since, "")
+  constraints = {c.type_param_str: _type_names(c.allowed_type_strs)
+                 for c in schema.type_constraints}
+  rules = []
+  for formal in schema.inputs:
+    param = formal.type_str if formal.type_str in constraints else None
+    allowed = constraints[param] if param else _type_names([formal.type_str])
+    rules.append(_InputRule(formal.name, param, allowed,
+                            formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic))
+  return tuple(rules)
+
+
+_ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
+
+
+def _type_names(type_strs: Sequence[str]) -> frozenset[str]:
+  """'tensor(float)' -> 'FLOAT', as TensorProto names the element types."""
+  inner = [t[len("tensor("):-1] for t in type_strs if t.startswith("tensor(")]
+  return frozenset(_ONNX_TYPE_NAMES.get(t, t.upper()) for t in inner)
+
+
+def _type_name(value: Any) -> str:
+  return _dtypes.of_dtype(np.dtype(value.dtype)).name
+
+
+def node_label(node_name: str, op_type: str, since: int) -> str:
+  """How errors name a node: ``jaxops.onnx: node 'n' (AveragePool-22)``."""
+  return f"jaxops.onnx: node {node_name!r} ({op_type}-{since})"
+
+
+def check_node(node_name: str, adapter: Adapter, inputs: Sequence[Any],
+               attrs: dict[str, Any]) -> None:
+  """Checks a node's inputs against its version's schema before the adapter runs.
+
+  Raises:
+    TypeError: an input's element type is not one the schema allows, or two inputs bound to
+      the same type parameter have different types.
+    ValueError: the adapter's rank rule refuses the input ranks.
+  """
+  label = node_label(node_name, adapter.op_type, adapter.since_version)
+  rules = _input_rules(adapter.op_type, adapter.since_version)
+  bound: dict[str, tuple[int, str]] = {}
+  for i, value in enumerate(inputs):
+    if value is None or not rules:
+      continue
+    rule = rules[i] if i < len(rules) else rules[-1]
+    if i >= len(rules) and not rule.variadic:
+      raise ValueError(f"{label}: has {len(inputs)} inputs; the schema takes at most "
+                       f"{len(rules)} ({', '.join(r.name for r in rules)})")
+    try:
+      name = _type_name(value)
+    except ValueError:
+      name = str(np.dtype(value.dtype))
+    if name not in rule.allowed:
+      raise TypeError(f"{label}: input {i} (`{rule.name}`) has element type {name}; allowed: "
+                      f"{', '.join(sorted(rule.allowed))}")
+    if rule.param is not None:
+      first = bound.setdefault(rule.param, (i, name))
+      if first[1] != name:
+        raise TypeError(f"{label}: input {i} (`{rule.name}`) has element type {name} but input "
+                        f"{first[0]} has {first[1]}; both are of type {rule.param}, which must "
+                        f"be one type")
+  if adapter.rank is not None:
+    problem = adapter.rank(list(inputs), attrs)
+    if problem is not None:
+      i, what = problem
+      formal = rules[min(i, len(rules) - 1)].name if rules else str(i)
+      raise ValueError(f"{label}: input {i} (`{formal}`) {what}")
+
+
+def pool_rank(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+  """The pooling ops' rule: X is (N, C, D1, ..., Dn) with n = len(kernel_shape)."""
+  kernel = attrs.get("kernel_shape")
+  if kernel is None or inputs[0] is None:
+    return None
+  want = len(np.asarray(kernel).reshape(-1)) + 2
+  if np.ndim(inputs[0]) != want:
+    return 0, (f"has rank {np.ndim(inputs[0])} (shape {tuple(np.shape(inputs[0]))}); with "
+               f"kernel_shape {[int(k) for k in np.asarray(kernel).reshape(-1)]} it must have rank {want}: "
+               f"(N, C) and one axis per kernel axis")
+  return None
+
+
+def min_rank(rank: int, index: int = 0) -> RankRule:
+  """A rule: input ``index`` has at least ``rank`` axes."""
+
+  def rule(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+    x = inputs[index] if index < len(inputs) else None
+    if x is not None and np.ndim(x) < rank:
+      return index, (f"has rank {np.ndim(x)} (shape {tuple(np.shape(x))}); it must have at "
+                     f"least {rank} axes")
+    return None
+
+  return rule
 
 
 def supported() -> dict[str, list[int]]:
@@ -66,8 +188,6 @@ def lookup(op_type: str, domain: str, opset: int) -> Adapter:
   Raises:
     NotImplementedError: jaxops lacks the op or that version of it.
   """
-  import onnx.defs
-
   if domain not in ("", "ai.onnx"):
     raise NotImplementedError(
         f"jaxops.onnx: op {op_type} of domain {domain!r} is not implemented; jaxops implements "
@@ -112,18 +232,12 @@ def ints(value: Any) -> tuple[int, ...] | None:
 # Cast-19/21/23 (and CastLike-19/21/23, which defer to Cast) send +-Inf to NaN for the FNUZ
 # float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default).
 
-_ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
-
-
 def _allowed_types(op_type: str, since: int, param: str) -> frozenset[str]:
   """The ONNX element type names that ``param`` of ``op_type`` version ``since`` allows."""
-  import onnx.defs
-
   schema = onnx.defs.get_schema(op_type, since, "")
   for constraint in schema.type_constraints:
     if constraint.type_param_str == param:
-      inner = [t[len("tensor("):-1] for t in constraint.allowed_type_strs]
-      return frozenset(_ONNX_TYPE_NAMES.get(t, t.upper()) for t in inner)
+      return _type_names(constraint.allowed_type_strs)
   raise KeyError(param)
 
 
@@ -132,12 +246,6 @@ def _check_type(op_type: str, since: int, param: str, what: str, name: str) -> N
   if name not in allowed:
     raise TypeError(f"jaxops.onnx: {op_type} version {since} does not allow {what} of type "
                     f"{name}; allowed: {', '.join(sorted(allowed))}")
-
-
-def _type_name(value: Any) -> str:
-  from jaxops import _dtypes
-
-  return _dtypes.of_dtype(np.dtype(value.dtype)).name
 
 
 def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -349,7 +457,7 @@ def _average_pool(version: int) -> Adapt:
 
 
 for _v in (1, 7, 10, 11, 19, 22):
-  register("AveragePool", _v)(_average_pool(_v))
+  register("AveragePool", _v, rank=pool_rank)(_average_pool(_v))
 
 
 def _global_average_pool(version: int) -> Adapt:
@@ -363,6 +471,6 @@ def _global_average_pool(version: int) -> Adapt:
 
 
 for _v in (1, 22):
-  register("GlobalAveragePool", _v)(_global_average_pool(_v))
+  register("GlobalAveragePool", _v, rank=min_rank(2))(_global_average_pool(_v))
 
 
