@@ -168,3 +168,23 @@ def test_global_pool_needs_n_and_c():
   with pytest.raises(ValueError, match=r"node 'g' \(GlobalAveragePool-22\): input 0 \(`X`\) has "
                      r"rank 1 .* at least 2 axes"):
     run_node(node, [np.ones((4,), np.float32)], opset_version=22)
+
+
+def test_attribute_types_and_names_are_checked_against_the_schema():
+  x = np.ones((1, 1, 4, 4), np.float32)
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2.0, 2.0], name="p")
+  with pytest.raises(TypeError, match=r"node 'p' \(AveragePool-22\): attribute `kernel_shape` "
+                     r"must be of type INTS; got FLOATS"):
+    run_node(node, [x], opset_version=22)
+  # dilations arrive with AveragePool-19.
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[1, 1],
+                          name="p")
+  with pytest.raises(ValueError, match=r"\(AveragePool-11\): has no attribute `dilations`"):
+    run_node(node, [x], opset_version=11)
+
+
+def test_constant_of_shape_takes_a_1d_shape():
+  node = helper.make_node("ConstantOfShape", ["s"], ["y"], name="c")
+  with pytest.raises(ValueError, match=r"node 'c' \(ConstantOfShape-\d+\): input 0 \(`input`\) "
+                     r"has rank 2 .* must have rank 1"):
+    run_node(node, [np.array([[1, 2]], np.int64)])

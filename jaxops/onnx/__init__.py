@@ -116,6 +116,7 @@ class BackendRep(_BaseRep):
         raise NotImplementedError(f"jaxops.onnx: node {node.op_type} uses domain {domain!r}, "
                                   f"which the model does not import")
       adapter = _registry.lookup(node.op_type, domain, opsets[domain])
+      _registry.check_attributes(node, adapter)
       for i in adapter.static_inputs:
         if i < len(node.input) and node.input[i]:
           name = node.input[i]

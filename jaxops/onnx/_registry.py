@@ -148,6 +148,39 @@ def check_node(node_name: str, adapter: Adapter, inputs: Sequence[Any],
       raise ValueError(f"{label}: input {i} (`{formal}`) {what}")
 
 
+def check_attributes(node: Any, adapter: Adapter) -> None:
+  """Checks a node's attributes against its version's schema when the model is prepared.
+
+  Raises:
+    ValueError: an attribute the schema of that version does not have.
+    TypeError: an attribute of another type than the schema's (e.g. FLOATS for INTS).
+  """
+  schema = onnx.defs.get_schema(adapter.op_type, adapter.since_version, "")
+  label = node_label(node.name, adapter.op_type, adapter.since_version)
+  for a in node.attribute:
+    spec = schema.attributes.get(a.name)
+    if spec is None:
+      raise ValueError(f"{label}: has no attribute `{a.name}`; it takes "
+                       f"{', '.join(sorted(schema.attributes)) or 'none'}")
+    if a.type != spec.type:
+      got = onnx.AttributeProto.AttributeType.Name(a.type)
+      want = onnx.AttributeProto.AttributeType.Name(spec.type)
+      raise TypeError(f"{label}: attribute `{a.name}` must be of type {want}; got {got}")
+
+
+def exact_rank(rank: int, index: int = 0) -> RankRule:
+  """A rule: input ``index`` has exactly ``rank`` axes."""
+
+  def rule(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+    x = inputs[index] if index < len(inputs) else None
+    if x is not None and np.ndim(x) != rank:
+      return index, (f"has rank {np.ndim(x)} (shape {tuple(np.shape(x))}); it must have rank "
+                     f"{rank}")
+    return None
+
+  return rule
+
+
 def pool_rank(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
   """The pooling ops' rule: X is (N, C, D1, ..., Dn) with n = len(kernel_shape)."""
   kernel = attrs.get("kernel_shape")
@@ -311,7 +344,7 @@ def _make_constant_of_shape(since: int) -> Adapt:
 
 
 for _v in (9, 20, 21, 23, 24, 25):
-  register("ConstantOfShape", _v, static_inputs=(0,))(_make_constant_of_shape(_v))
+  register("ConstantOfShape", _v, static_inputs=(0,), rank=exact_rank(1))(_make_constant_of_shape(_v))
 
 
 # --- Resize / Upsample --------------------------------------------------------------------------
