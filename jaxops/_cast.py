@@ -472,7 +472,7 @@ def _host_cast(op: str, x: Any, target: _dtypes.ElemType, source_is_string: bool
     vals = np.array([_parse_float(op, s) != 0 for s in texts], dtype=bool)
     return jnp.asarray(vals.reshape(a.shape))
   if not _is_float(dst):
-    ints = [_wrap(_parse_int(op, s), dst) for s in texts]
+    ints = [_wrap(_parse_int(op, s, round_half_even=dst in _NARROW_INT), dst) for s in texts]
     return jnp.asarray(np.array(ints, dtype=dst).reshape(a.shape))
   floats = np.array([_parse_float(op, s) for s in texts], dtype=np.float64).reshape(a.shape)
   return _convert_jit(jnp.asarray(floats), dst, saturate, mode, fnuz_inf_to_nan)
@@ -529,7 +529,13 @@ def _parse_float(op: str, s: str) -> float:
                      f"decimal or scientific numbers and INF, +INF, -INF, NaN)") from None
 
 
-def _parse_int(op: str, s: str) -> int:
+def _parse_int(op: str, s: str, *, round_half_even: bool) -> int:
+  """The integer a string casts to, before wrapping: what casting the number as a float gives.
+
+  An integer text is read exactly. Any other number is read as a float64, then truncated toward
+  zero (the float -> integer rule) or, with ``round_half_even`` (INT4/UINT4/INT2/UINT2, ONNX's
+  Int4/Int2 notes), rounded to the nearest integer with ties to even.
+  """
   text = s.strip()
   try:
     return int(text)
@@ -538,7 +544,7 @@ def _parse_int(op: str, s: str) -> int:
   f = _parse_float(op, s)
   if not math.isfinite(f):
     raise ValueError(f"{op}: argument `x`: the string {s!r} is {f} and has no integer value")
-  return math.trunc(f)
+  return round(f) if round_half_even else math.trunc(f)  # Python's round: ties to even
 
 
 def _wrap(v: int, dst: np.dtype) -> int:

@@ -432,6 +432,53 @@ def test_strings_to_numbers():
   assert jaxops.cast_like(np.array([3.5]), np.array(["x"])).tolist() == ["3.5"]
 
 
+# Decimal texts, ties among them, into the four narrow integer types (DEVIATIONS Cast #4).
+_NARROW_TEXTS = ["6.8", "-10.7", "2.5", "-2.5", "3.5", "-3.5", "0.5", "-0.5", "1.5", "-1.5",
+                 "7.5", "-8.5", "15.5", "-6.2", "9", "-9", "1e1", " -2.5e0 ", "0.49999", "-17.5"]
+
+
+def test_strings_to_narrow_ints_round_half_even_then_wrap():
+  # A string casts as its number does: ONNX's Int4/Int2 notes round to the nearest integer, ties
+  # to even, then keep the low bits. The nearest integer is found exactly with fractions
+  # (round() of a Fraction rounds ties to even), then wrapped.
+  nearest = np.array([round(Fraction(t.strip())) for t in _NARROW_TEXTS])
+  # By hand, for INT4: 6.8 -> 7; -10.7 -> -11 = 0b...10101 -> low bits 0101 = 5; 2.5 -> 2
+  # (even); -2.5 -> -2; 3.5 -> 4; -3.5 -> -4; +-0.5 -> 0; +-1.5 -> +-2; 7.5 -> 8 -> -8;
+  # -8.5 -> -8; 15.5 -> 16 -> 0; -6.2 -> -6; 9 -> -7; -9 -> 7; 1e1 -> 10 -> -6; -2.5 -> -2;
+  # 0.49999 -> 0; -17.5 -> -18 = -18 + 32 = 14 -> -2.
+  int4 = [7, 5, 2, -2, 4, -4, 0, 0, 2, -2, -8, -8, 0, -6, -7, 7, -6, -2, 0, -2]
+  np.testing.assert_array_equal(_wrap(nearest, 4, True), int4)
+  texts = np.array(_NARROW_TEXTS)
+  for dst, (bits, signed) in NARROW_INT.items():
+    want = _wrap(nearest, bits, signed).astype(dst)
+    assert_same(jaxops.cast(texts, np.dtype(dst)), want)
+    assert_same(jaxops.cast(texts.astype(object), np.dtype(dst)), want)
+    # The same numbers as floats cast the same way (the float rule, pinned above).
+    floats = np.array([float(t) for t in _NARROW_TEXTS])
+    assert_same(jaxops.cast(floats, np.dtype(dst)), want)
+
+
+def test_strings_to_narrow_ints_match_onnxruntime_off_ties():
+  # onnxruntime rounds ties away from zero (DEVIATIONS Cast #4); elsewhere it is an oracle.
+  import onnxruntime as ort
+  from onnx import TensorProto, helper
+
+  ties = np.array([Fraction(t.strip()).denominator == 2 for t in _NARROW_TEXTS])
+  texts = np.array(_NARROW_TEXTS, object)[~ties]
+  for to in (TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.UINT2):
+    nodes = [helper.make_node("Cast", ["x"], ["m"], to=to),
+             helper.make_node("Cast", ["m"], ["y"], to=TensorProto.INT32)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.STRING, [texts.size])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [texts.size])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    model.ir_version = 11
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": texts})[0]
+    got = jaxops.cast(texts, helper.tensor_dtype_to_np_dtype(to))
+    np.testing.assert_array_equal(np.asarray(got).astype(np.int32), want)
+
+
 def test_string_errors():
   with pytest.raises(ValueError, match=r"jaxops.cast: argument `x`: the string 'Hello' is not a"):
     jaxops.cast(np.array(["Hello"]), "FLOAT")
