@@ -71,6 +71,12 @@ BY_ENUM: dict[int, ElemType] = {t.enum: t for t in ELEM_TYPES}
 BY_NAME: dict[str, ElemType] = {t.name: t for t in ELEM_TYPES}
 BY_DTYPE: dict[np.dtype, ElemType] = {t.dtype: t for t in ELEM_TYPES if t.dtype is not None}
 
+# The integer types narrower than a byte: dtype -> (bits, signed). Casts into them keep the low
+# bits (two's complement), which NumPy/XLA conversion alone does not do.
+NARROW_INT: dict[np.dtype, tuple[int, bool]] = {
+    _d(jnp.int4): (4, True), _d(jnp.uint4): (4, False), _d(jnp.int2): (2, True),
+    _d(jnp.uint2): (2, False)}
+
 FLOAT8_NAMES = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0")
 # Types whose values compare exactly in tests (no rtol/atol).
 EXACT_NAMES = frozenset(

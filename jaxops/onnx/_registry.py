@@ -110,7 +110,8 @@ def ints(value: Any) -> tuple[int, ...] | None:
 # --- Cast / CastLike ----------------------------------------------------------------------------
 # Each version's type constraints are read from onnx's schema; Cast-1's `to` is a type name.
 # Cast-19/21/23 (and CastLike-19/21/23, which defer to Cast) send +-Inf to NaN for the FNUZ
-# float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default).
+# float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default): the adapters
+# call the internal cast functions, which take that switch.
 
 _ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
 
@@ -141,14 +142,15 @@ def _type_name(value: Any) -> str:
 
 
 def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
-  return {"saturate": bool(attr(attrs, "saturate", 1)) if since >= 19 else True,
+  """saturate (Cast-19+), round_mode (Cast-24+) and the Cast-19..23 FNUZ switch."""
+  return {"saturate": attr(attrs, "saturate", 1) if since >= 19 else True,
           "round_mode": attr(attrs, "round_mode", "up") if since >= 24 else "up",
-          "_fnuz_inf_to_nan": 19 <= since <= 23}
+          "fnuz_inf_to_nan": 19 <= since <= 23}
 
 
 def _casts_to_string(attrs: dict[str, Any]) -> bool:
-  to = attrs.get("to")
-  return to == 8 or (isinstance(to, str) and to.upper() == "STRING")
+  to = attr(attrs, "to", None)
+  return to == 8 or (isinstance(to, (str, bytes)) and to.upper() in ("STRING", b"STRING"))
 
 
 def _make_cast(since: int) -> Adapt:
@@ -156,12 +158,13 @@ def _make_cast(since: int) -> Adapt:
     from jaxops import _cast, _dtypes
 
     x = inputs[0]
-    if "to" not in attrs:
+    to = attr(attrs, "to", None)
+    if to is None:
       raise ValueError(f"jaxops.onnx: Cast version {since} needs the attribute `to`")
-    target = _dtypes.elem_type("Cast", "to", attrs["to"])
+    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", to)
     _check_type("Cast", since, "T1", "input", _type_name(x))
     _check_type("Cast", since, "T2", "`to`", target.name)
-    return [_cast.cast(x, target.enum, **_cast_kwargs(since, attrs))]
+    return [_cast.cast_internal(x, target.enum, **_cast_kwargs(since, attrs))]
 
   return cast_adapter
 
@@ -173,7 +176,7 @@ def _make_cast_like(since: int) -> Adapt:
     x, like = inputs[0], inputs[1]
     _check_type("CastLike", since, "T1", "input", _type_name(x))
     _check_type("CastLike", since, "T2", "target_type", _type_name(like))
-    return [_cast.cast_like(x, like, **_cast_kwargs(since, attrs))]
+    return [_cast.cast_like_internal(x, like, **_cast_kwargs(since, attrs))]
 
   return cast_like_adapter
 
@@ -193,7 +196,7 @@ def _make_constant_of_shape(since: int) -> Adapt:
   def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _constant
 
-    value = attrs.get("value")
+    value = attr(attrs, "value", None)
     if value is not None:
       value = np.asarray(value)
       _check_type("ConstantOfShape", since, "T2", "`value`", _type_name(value))
