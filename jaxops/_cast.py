@@ -162,42 +162,61 @@ def cast_internal(x: Any, to: Any, *, saturate: Any = True, round_mode: Any = "u
 def cast_like_internal(x: Any, like: Any, *, saturate: Any = True, round_mode: Any = "up",
                        fnuz_inf_to_nan: bool = False) -> jax.Array | np.ndarray:
   """:func:`cast_like` with the ``fnuz_inf_to_nan`` switch of :func:`cast_internal`."""
+  allowed = "an array whose dtype is an ONNX element type (not complex)"
   dtype = getattr(like, "dtype", None)
-  if dtype is None:
+  if isinstance(like, (type, np.dtype)) or not isinstance(dtype, np.dtype):
+    # A dtype or type is not an array (cast takes those); a list becomes one, unless it holds
+    # objects that are neither numbers nor text (None, dicts, ragged rows).
+    if like is None or isinstance(like, (type, np.dtype, str, bytes)):
+      raise _checks.type_error(_OP_CAST_LIKE, "like", like, allowed + " (to name a type, use "
+                               "jaxops.cast)")
     try:
-      like = np.asarray(like)
+      dtype = np.asarray(like).dtype
     except (TypeError, ValueError):
-      raise _checks.type_error(_OP_CAST_LIKE, "like", like, "an array whose dtype is an ONNX "
-                               "element type (not complex)") from None
-    dtype = like.dtype
+      dtype = np.dtype(object)
+    if dtype == np.dtype(object):
+      raise _checks.type_error(_OP_CAST_LIKE, "like", like, allowed)
   try:
     target = _dtypes.of_dtype(dtype)
   except (TypeError, ValueError):
     target = None
-  if target is None or np.dtype(dtype).kind == "c":
-    raise _checks.type_error(_OP_CAST_LIKE, "like", like, "an array whose dtype is an ONNX "
-                             "element type (not complex)")
-  return _cast(_OP_CAST_LIKE, x, target, saturate, round_mode, fnuz_inf_to_nan)
+  if target is None or dtype.kind == "c":
+    raise _checks.type_error(_OP_CAST_LIKE, "like", like, allowed)
+  return _cast(_OP_CAST_LIKE, x, target, saturate, round_mode, fnuz_inf_to_nan, "like")
 
 
 # --- dispatch -----------------------------------------------------------------------------------
 
 
 def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: Any,
-          fnuz_inf_to_nan: bool) -> jax.Array | np.ndarray:
+          fnuz_inf_to_nan: bool, target_arg: str = "to") -> jax.Array | np.ndarray:
+  """Checks the options and dispatches: STRING on the host, everything else through XLA.
+
+  ``target_arg`` names the argument that gave ``target`` in errors (``to`` or ``like``).
+  """
   saturate = _checks.static_bool(op, "saturate", saturate)
+  if isinstance(round_mode, bytes):
+    try:
+      round_mode = round_mode.decode()
+    except UnicodeDecodeError:
+      raise _checks.value_error(op, "round_mode", round_mode, "one of "
+                                + ", ".join(repr(m.value) for m in RoundMode)) from None
   mode = RoundMode.from_string(op, "round_mode", round_mode)
   if target.name in ("COMPLEX64", "COMPLEX128") or target.dtype is None:
-    raise _checks.type_error(op, "to", target.name, "a real ONNX element type (Cast has no "
-                             "complex types)")
+    raise _checks.type_error(op, target_arg, target.name, "a real ONNX element type (Cast has "
+                             "no complex types)")
   if target.name == "STRING" or _cast_string.is_string_array(x):
-    return _host_cast(op, x, target, saturate, mode, fnuz_inf_to_nan)
+    return _host_cast(op, x, target, saturate, mode, fnuz_inf_to_nan, target_arg)
   if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
     if hasattr(x, "dtype"):
       _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
-    x = jnp.asarray(x)
+    try:
+      x = jnp.asarray(x)
+    except (TypeError, ValueError):
+      raise _checks.type_error(op, "x", x, "an array (or nested list of numbers) of an ONNX "
+                               "element type") from None
   _check_dtype(op, "x", x.dtype)
-  _check_dtype(op, "to", target.dtype)
+  _check_dtype(op, target_arg, target.dtype)
   return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
 
 
@@ -450,7 +469,7 @@ def _to_e8m0(x: jax.Array, saturate: bool, mode: RoundMode) -> jax.Array:
 
 
 def _host_cast(op: str, x: Any, target: _dtypes.ElemType, saturate: bool, mode: RoundMode,
-               fnuz_inf_to_nan: bool) -> Any:
+               fnuz_inf_to_nan: bool, target_arg: str) -> Any:
   """A cast to or from STRING: formatted or parsed by ``_cast_string`` with NumPy, eagerly."""
   if _checks.is_traced(x):
     raise TypeError(
@@ -463,7 +482,7 @@ def _host_cast(op: str, x: Any, target: _dtypes.ElemType, saturate: bool, mode: 
       _check_dtype(op, "x", a.dtype)
     return _cast_string.to_strings(op, a)
   dst = np.dtype(target.dtype)
-  _check_dtype(op, "to", dst)
+  _check_dtype(op, target_arg, dst)
   values = _cast_string.parse(op, a, dst)
   if values.dtype == dst:
     return jnp.asarray(values)

@@ -14,6 +14,7 @@ in any case (and "true"/"false"); a text that is no number is a ValueError namin
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,10 @@ def is_string_array(x: Any) -> bool:
   if isinstance(x, np.ndarray):
     return x.dtype.kind in ("U", "S", "O")
   if isinstance(x, (list, tuple)):
-    return np.asarray(x).dtype.kind in ("U", "S", "O")
+    try:
+      return np.asarray(x).dtype.kind in ("U", "S", "O")
+    except (TypeError, ValueError):  # ragged: not an array at all, the caller says so
+      return False
   return False
 
 
@@ -123,16 +127,22 @@ def format_number(v: Any, dtype: np.dtype) -> str:
   return positional if len(positional) <= len(scientific) else scientific
 
 
+# Decimal or scientific numbers in ASCII digits (Python's float() would also take "1_000" and
+# other scripts' digits), and the special values in any case.
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)",
+                     re.IGNORECASE | re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+
+
 def parse_float(op: str, s: str) -> float:
   """The number a text names, as a float64 (correctly rounded from the decimal text)."""
   text = s.strip()
   if text.lower() in ("true", "false"):
     return 1.0 if text.lower() == "true" else 0.0
-  try:
-    return float(text)  # decimal, scientific, and [+-]inf/infinity/nan in any case
-  except ValueError:
+  if not _NUMBER.fullmatch(text):
     raise ValueError(f"{op}: argument `x`: the string {s!r} is not a number (ONNX reads "
-                     f"decimal or scientific numbers and INF, +INF, -INF, NaN)") from None
+                     f"decimal or scientific numbers and INF, +INF, -INF, NaN)")
+  return float(text)
 
 
 def parse_int(op: str, s: str, *, round_half_even: bool) -> int:
@@ -143,10 +153,8 @@ def parse_int(op: str, s: str, *, round_half_even: bool) -> int:
   Int4/Int2 notes), rounded to the nearest integer with ties to even.
   """
   text = s.strip()
-  try:
+  if _INTEGER.fullmatch(text) and len(text) < 4000:  # int() refuses longer texts
     return int(text)
-  except ValueError:
-    pass
   f = parse_float(op, s)
   if not math.isfinite(f):
     raise ValueError(f"{op}: argument `x`: the string {s!r} is {f} and has no integer value")

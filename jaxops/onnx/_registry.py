@@ -141,6 +141,37 @@ def _type_name(value: Any) -> str:
   return _dtypes.of_dtype(np.dtype(value.dtype)).name
 
 
+# Python types of the attribute values the backend passes, by the schema's attribute type.
+_ATTR_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "INT": (int, np.integer), "FLOAT": (float, int, np.floating, np.integer), "STRING": (str,),
+    "TENSOR": (np.ndarray,)}
+
+
+def _check_node(op_type: str, since: int, inputs: list[Any], attrs: dict[str, Any]) -> None:
+  """The node's input count and its attributes' names, types and presence, from the schema."""
+  import onnx.defs
+
+  schema = onnx.defs.get_schema(op_type, since, "")
+  where = f"jaxops.onnx: {op_type} version {since}"
+  given = [i for i, v in enumerate(inputs) if v is not None]
+  lo, hi = schema.min_input, schema.max_input
+  if len(inputs) > hi or len(given) < lo or any(inputs[i] is None for i in range(lo)):
+    raise ValueError(f"{where} takes {lo if lo == hi else f'{lo} to {hi}'} input(s); got "
+                     f"{len(given)}")
+  for name, value in attrs.items():
+    spec = schema.attributes.get(name)
+    if spec is None:
+      raise ValueError(f"{where} has no attribute `{name}`; it takes "
+                       f"{sorted(schema.attributes) or 'none'}")
+    kind = spec.type.name
+    allowed = _ATTR_PYTHON_TYPES.get(kind)
+    if allowed and (isinstance(value, (bool, np.bool_)) or not isinstance(value, allowed)):
+      raise TypeError(f"{where}: attribute `{name}` must be of type {kind}; got {value!r}")
+  for name, spec in schema.attributes.items():
+    if spec.required and name not in attrs:
+      raise ValueError(f"{where} needs the attribute `{name}`")
+
+
 def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
   """saturate (Cast-19+), round_mode (Cast-24+) and the Cast-19..23 FNUZ switch."""
   return {"saturate": attr(attrs, "saturate", 1) if since >= 19 else True,
@@ -157,11 +188,9 @@ def _make_cast(since: int) -> Adapt:
   def cast_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _cast, _dtypes
 
+    _check_node("Cast", since, inputs, attrs)
     x = inputs[0]
-    to = attr(attrs, "to", None)
-    if to is None:
-      raise ValueError(f"jaxops.onnx: Cast version {since} needs the attribute `to`")
-    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", to)
+    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", attr(attrs, "to", None))
     _check_type("Cast", since, "T1", "input", _type_name(x))
     _check_type("Cast", since, "T2", "`to`", target.name)
     return [_cast.cast_internal(x, target.enum, **_cast_kwargs(since, attrs))]
@@ -173,6 +202,7 @@ def _make_cast_like(since: int) -> Adapt:
   def cast_like_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _cast
 
+    _check_node("CastLike", since, inputs, attrs)
     x, like = inputs[0], inputs[1]
     _check_type("CastLike", since, "T1", "input", _type_name(x))
     _check_type("CastLike", since, "T2", "target_type", _type_name(like))
@@ -196,11 +226,16 @@ def _make_constant_of_shape(since: int) -> Adapt:
   def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _constant
 
+    _check_node("ConstantOfShape", since, inputs, attrs)
+    shape = np.asarray(inputs[0])
+    if shape.ndim != 1:
+      raise ValueError(f"jaxops.onnx: ConstantOfShape version {since}: input `input` (the shape) "
+                       f"must be a 1-D tensor; got shape {shape.shape}")
+    _check_type("ConstantOfShape", since, "T1", "input", _type_name(shape))
     value = attr(attrs, "value", None)
     if value is not None:
-      value = np.asarray(value)
       _check_type("ConstantOfShape", since, "T2", "`value`", _type_name(value))
-    return [_constant.constant_of_shape(np.asarray(inputs[0]).reshape(-1), value)]
+    return [_constant.constant_of_shape(shape, value)]
 
   return constant_of_shape_adapter
 
