@@ -163,7 +163,7 @@ def _check_node(op_type: str, since: int, inputs: list[Any], attrs: dict[str, An
     if spec is None:
       raise ValueError(f"{where} has no attribute `{name}`; it takes "
                        f"{sorted(schema.attributes) or 'none'}")
-    kind = spec.type.name
+    kind = getattr(spec.type, "name", str(spec.type))  # the AttrType member name
     allowed = _ATTR_PYTHON_TYPES.get(kind)
     if allowed and (isinstance(value, (bool, np.bool_)) or not isinstance(value, allowed)):
       raise TypeError(f"{where}: attribute `{name}` must be of type {kind}; got {value!r}")
