@@ -132,7 +132,7 @@ def test_halfway_plus_and_minus_epsilon_round_once(src):
     _same(g, want, dtype)
 
 
-# --- FLOAT8E8M0 ------------------------------------------------------------------------------------
+# --- FLOAT8E8M0 ---------------------------------------------------------------------------------
 
 
 def _e8m0_exact(x: Fraction, mode: str, saturate: bool) -> float:

@@ -274,7 +274,7 @@ def test_castlike_saturate_from_version_19():
   np.testing.assert_array_equal(z, np.array([2, -1], np.int16))
 
 
-# --- ConstantOfShape-9 .. 25: the dtypes of `value` ------------------------------------------------
+# --- ConstantOfShape-9 .. 25: the dtypes of `value` ---------------------------------------------
 
 _VERSIONS = [9, 20, 21, 23, 24, 25]
 
