@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx.defs
+import onnx.helper
 
 from jaxops import _dtypes
 
@@ -148,15 +150,29 @@ def check_node(node_name: str, adapter: Adapter, inputs: Sequence[Any],
       raise ValueError(f"{label}: input {i} (`{formal}`) {what}")
 
 
-def check_attributes(node: Any, adapter: Adapter) -> None:
-  """Checks a node's attributes against its version's schema when the model is prepared.
+def check_signature(node: Any, adapter: Adapter) -> None:
+  """Checks a node's input count and attributes against its version's schema when the model is
+  prepared.
 
   Raises:
-    ValueError: an attribute the schema of that version does not have.
+    ValueError: too few or too many inputs; an attribute the schema of that version does not
+      have; a required attribute missing.
     TypeError: an attribute of another type than the schema's (e.g. FLOATS for INTS).
   """
   schema = onnx.defs.get_schema(adapter.op_type, adapter.since_version, "")
   label = node_label(node.name, adapter.op_type, adapter.since_version)
+  names = list(node.input)
+  while names and not names[-1]:
+    names.pop()  # trailing empty names are omitted optional inputs
+  lo, hi = schema.min_input, schema.max_input
+  if len(names) > hi or len(names) < lo or any(not n for n in names[:lo]):
+    want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    raise ValueError(f"{label}: takes {want} input(s); got {sum(bool(n) for n in names)} "
+                     f"({names})")
+  given = {a.name for a in node.attribute}
+  for name, spec in schema.attributes.items():
+    if spec.required and name not in given:
+      raise ValueError(f"{label}: needs the attribute `{name}`")
   for a in node.attribute:
     spec = schema.attributes.get(a.name)
     if spec is None:
@@ -165,7 +181,14 @@ def check_attributes(node: Any, adapter: Adapter) -> None:
     if a.type != spec.type:
       got = onnx.AttributeProto.AttributeType.Name(a.type)
       want = onnx.AttributeProto.AttributeType.Name(spec.type)
-      raise TypeError(f"{label}: attribute `{a.name}` must be of type {want}; got {got}")
+      raise TypeError(f"{label}: attribute `{a.name}` must be of type {want}; got {got} "
+                      f"{_attr_repr(a)}")
+
+
+def _attr_repr(a: Any) -> str:
+  value = onnx.helper.get_attribute_value(a)
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + "..."
 
 
 def exact_rank(rank: int, index: int = 0) -> RankRule:
@@ -263,7 +286,8 @@ def ints(value: Any) -> tuple[int, ...] | None:
 # --- Cast / CastLike ----------------------------------------------------------------------------
 # Each version's type constraints are read from onnx's schema; Cast-1's `to` is a type name.
 # Cast-19/21/23 (and CastLike-19/21/23, which defer to Cast) send +-Inf to NaN for the FNUZ
-# float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default).
+# float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default): the adapters
+# call the internal cast functions, which take that switch.
 
 def _allowed_types(op_type: str, since: int, param: str) -> frozenset[str]:
   """The ONNX element type names that ``param`` of ``op_type`` version ``since`` allows."""
@@ -282,14 +306,15 @@ def _check_type(op_type: str, since: int, param: str, what: str, name: str) -> N
 
 
 def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
-  return {"saturate": bool(attr(attrs, "saturate", 1)) if since >= 19 else True,
+  """saturate (Cast-19+), round_mode (Cast-24+) and the Cast-19..23 FNUZ switch."""
+  return {"saturate": attr(attrs, "saturate", 1) if since >= 19 else True,
           "round_mode": attr(attrs, "round_mode", "up") if since >= 24 else "up",
-          "_fnuz_inf_to_nan": 19 <= since <= 23}
+          "fnuz_inf_to_nan": 19 <= since <= 23}
 
 
 def _casts_to_string(attrs: dict[str, Any]) -> bool:
-  to = attrs.get("to")
-  return to == 8 or (isinstance(to, str) and to.upper() == "STRING")
+  to = attr(attrs, "to", None)
+  return to == 8 or (isinstance(to, (str, bytes)) and to.upper() in ("STRING", b"STRING"))
 
 
 def _make_cast(since: int) -> Adapt:
@@ -297,12 +322,9 @@ def _make_cast(since: int) -> Adapt:
     from jaxops import _cast, _dtypes
 
     x = inputs[0]
-    if "to" not in attrs:
-      raise ValueError(f"jaxops.onnx: Cast version {since} needs the attribute `to`")
-    target = _dtypes.elem_type("Cast", "to", attrs["to"])
-    _check_type("Cast", since, "T1", "input", _type_name(x))
+    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", attr(attrs, "to", None))
     _check_type("Cast", since, "T2", "`to`", target.name)
-    return [_cast.cast(x, target.enum, **_cast_kwargs(since, attrs))]
+    return [_cast.cast_internal(x, target.enum, **_cast_kwargs(since, attrs))]
 
   return cast_adapter
 
@@ -312,9 +334,7 @@ def _make_cast_like(since: int) -> Adapt:
     from jaxops import _cast
 
     x, like = inputs[0], inputs[1]
-    _check_type("CastLike", since, "T1", "input", _type_name(x))
-    _check_type("CastLike", since, "T2", "target_type", _type_name(like))
-    return [_cast.cast_like(x, like, **_cast_kwargs(since, attrs))]
+    return [_cast.cast_like_internal(x, like, **_cast_kwargs(since, attrs))]
 
   return cast_like_adapter
 
@@ -334,11 +354,11 @@ def _make_constant_of_shape(since: int) -> Adapt:
   def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _constant
 
-    value = attrs.get("value")
+    shape = np.asarray(inputs[0])  # 1-D: the shared rank rule checked it
+    value = attr(attrs, "value", None)
     if value is not None:
-      value = np.asarray(value)
       _check_type("ConstantOfShape", since, "T2", "`value`", _type_name(value))
-    return [_constant.constant_of_shape(np.asarray(inputs[0]).reshape(-1), value)]
+    return [_constant.constant_of_shape(shape, value)]
 
   return constant_of_shape_adapter
 
@@ -478,7 +498,6 @@ def _average_pool(version: int) -> Adapt:
                        f"takes {sorted(allowed)}")
     if "kernel_shape" not in attrs:
       raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
-    _check_type("AveragePool", version, "T", "input", _type_name(inputs[0]))
     return [average_pool(
         inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
         pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
@@ -497,7 +516,6 @@ def _global_average_pool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops._pool import global_average_pool
 
-    _check_type("GlobalAveragePool", version, "T", "input", _type_name(inputs[0]))
     return [global_average_pool(inputs[0])]
 
   return adapt
