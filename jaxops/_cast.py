@@ -2,7 +2,8 @@
 
 The rules are those of the newest Cast (opset 24+); the one older behaviour that no attribute
 expresses (Cast-19..23 send +-Inf to NaN for the FNUZ float8 types under ``saturate``) is the
-private keyword ``_fnuz_inf_to_nan``, set by ``jaxops/onnx/_registry.py``.
+keyword ``fnuz_inf_to_nan`` of :func:`cast_internal` / :func:`cast_like_internal`, which
+``jaxops/onnx/_registry.py`` calls; the public functions forward to them.
 
 XLA's conversion equals the ONNX rule for most pairs; where it does not, the rule is written out:
 
@@ -13,13 +14,13 @@ XLA's conversion equals the ONNX rule for most pairs; where it does not, the rul
   rounding) and flushes float32 subnormals to zero; here float64 is first rounded to float32 with
   round-to-odd, which makes the second rounding exact, and float32 subnormals are built from bits.
 * any -> int4/uint4/int2/uint2: wrap around (floats are rounded half to even first).
-* STRING: on the host with NumPy, outside jit (JAX arrays cannot hold strings).
+* STRING: on the host with NumPy, outside jit (JAX arrays cannot hold strings); the formatting
+  and parsing live in ``jaxops/_cast_string.py``.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import jax
@@ -27,7 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxops import _checks, _dtypes
+from jaxops import _cast_string, _checks, _dtypes
+
+_OP_CAST = "jaxops.cast"
+_OP_CAST_LIKE = "jaxops.cast_like"
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -40,8 +44,7 @@ _FLOAT8 = frozenset(np.dtype(t) for t in (jnp.float8_e4m3fn, jnp.float8_e4m3fnuz
 _FNUZ = frozenset(np.dtype(t) for t in (jnp.float8_e4m3fnuz, jnp.float8_e5m2fnuz))
 _WIDE_FLOATS = frozenset((_F16, _F32, _F64, _BF16))
 # Narrow integer types: (bits, signed).
-_NARROW_INT = {np.dtype(jnp.int4): (4, True), np.dtype(jnp.uint4): (4, False),
-               np.dtype(jnp.int2): (2, True), np.dtype(jnp.uint2): (2, False)}
+_NARROW_INT = _dtypes.NARROW_INT
 
 
 class RoundMode(_checks.StrEnum):
@@ -52,8 +55,8 @@ class RoundMode(_checks.StrEnum):
   NEAREST = "nearest"
 
 
-def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True, round_mode: str = "up",
-         _fnuz_inf_to_nan: bool = False) -> jax.Array | np.ndarray:
+def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True,
+         round_mode: str = "up") -> jax.Array | np.ndarray:
   """Casts ``x`` to the element type ``to`` by the rules of ONNX Cast (opset 24 and later).
 
   Numeric rules (ONNX's Cast text): float -> float rounds to nearest even, +-Inf when out of
@@ -114,13 +117,11 @@ def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True, round_mode:
     >>> jaxops.cast(jnp.array([0.1, 100.0]), "STRING")
     array(['0.1', '100'], dtype=object)
   """
-  op = "jaxops.cast"
-  target = _dtypes.elem_type(op, "to", to)
-  return _cast(op, x, target, saturate, round_mode, _fnuz_inf_to_nan)
+  return cast_internal(x, to, saturate=saturate, round_mode=round_mode)
 
 
 def cast_like(x: jax.typing.ArrayLike, like: Any, *, saturate: bool = True,
-              round_mode: str = "up", _fnuz_inf_to_nan: bool = False) -> jax.Array | np.ndarray:
+              round_mode: str = "up") -> jax.Array | np.ndarray:
   """Casts ``x`` to the element type of ``like`` (ONNX CastLike); only ``like``'s dtype is used.
 
   The rules, STRING handling and gradients are those of :func:`jaxops.cast`.
@@ -144,61 +145,79 @@ def cast_like(x: jax.typing.ArrayLike, like: Any, *, saturate: bool = True,
     >>> jaxops.cast_like(jnp.array([1.7, -2.7]), jnp.zeros(3, jnp.int32))
     Array([ 1, -2], dtype=int32)
   """
-  op = "jaxops.cast_like"
+  return cast_like_internal(x, like, saturate=saturate, round_mode=round_mode)
+
+
+def cast_internal(x: Any, to: Any, *, saturate: Any = True, round_mode: Any = "up",
+                  fnuz_inf_to_nan: bool = False) -> jax.Array | np.ndarray:
+  """:func:`cast`, plus the Cast-19..23 rule that no attribute expresses (for the registry).
+
+  ``fnuz_inf_to_nan``: +-Inf into FLOAT8E4M3FNUZ / FLOAT8E5M2FNUZ with ``saturate`` gives NaN
+  (the saturate table of Cast-19, -21 and -23) instead of +-max (Cast-24+).
+  """
+  target = _dtypes.elem_type(_OP_CAST, "to", to)
+  return _cast(_OP_CAST, x, target, saturate, round_mode, fnuz_inf_to_nan)
+
+
+def cast_like_internal(x: Any, like: Any, *, saturate: Any = True, round_mode: Any = "up",
+                       fnuz_inf_to_nan: bool = False) -> jax.Array | np.ndarray:
+  """:func:`cast_like` with the ``fnuz_inf_to_nan`` switch of :func:`cast_internal`."""
+  allowed = "an array whose dtype is an ONNX element type (not complex)"
   dtype = getattr(like, "dtype", None)
-  if dtype is None:
-    like = np.asarray(like)
-    dtype = like.dtype
+  if isinstance(like, (type, np.dtype)) or not isinstance(dtype, np.dtype):
+    # A dtype or type is not an array (cast takes those); a list becomes one, unless it holds
+    # objects that are neither numbers nor text (None, dicts, ragged rows).
+    if like is None or isinstance(like, (type, np.dtype, str, bytes)):
+      raise _checks.type_error(_OP_CAST_LIKE, "like", like, allowed + " (to name a type, use "
+                               "jaxops.cast)")
+    try:
+      dtype = np.asarray(like).dtype
+    except (TypeError, ValueError):
+      dtype = np.dtype(object)
+    if dtype == np.dtype(object):
+      raise _checks.type_error(_OP_CAST_LIKE, "like", like, allowed)
   try:
     target = _dtypes.of_dtype(dtype)
-  except ValueError:
+  except (TypeError, ValueError):
     target = None
-  if target is None or np.dtype(dtype).kind == "c":
-    raise _checks.type_error(op, "like", like, "an array whose dtype is an ONNX element type "
-                             "(not complex)")
-  return _cast(op, x, target, saturate, round_mode, _fnuz_inf_to_nan)
+  if target is None or dtype.kind == "c":
+    raise _checks.type_error(_OP_CAST_LIKE, "like", like, allowed)
+  return _cast(_OP_CAST_LIKE, x, target, saturate, round_mode, fnuz_inf_to_nan, "like")
 
 
 # --- dispatch -----------------------------------------------------------------------------------
 
 
 def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: Any,
-          fnuz_inf_to_nan: bool) -> jax.Array | np.ndarray:
-  saturate = _flag(op, "saturate", saturate)
+          fnuz_inf_to_nan: bool, target_arg: str = "to") -> jax.Array | np.ndarray:
+  """Checks the options and dispatches: STRING on the host, everything else through XLA.
+
+  ``target_arg`` names the argument that gave ``target`` in errors (``to`` or ``like``).
+  """
+  saturate = _checks.static_bool(op, "saturate", saturate)
+  if isinstance(round_mode, bytes):
+    try:
+      round_mode = round_mode.decode()
+    except UnicodeDecodeError:
+      raise _checks.value_error(op, "round_mode", round_mode, "one of "
+                                + ", ".join(repr(m.value) for m in RoundMode)) from None
   mode = RoundMode.from_string(op, "round_mode", round_mode)
   if target.name in ("COMPLEX64", "COMPLEX128") or target.dtype is None:
-    raise _checks.type_error(op, "to", target.name, "a real ONNX element type (Cast has no "
-                             "complex types)")
-  source_is_string = _is_string_array(x)
-  if target.name == "STRING" or source_is_string:
-    return _host_cast(op, x, target, source_is_string, saturate, mode, fnuz_inf_to_nan)
+    raise _checks.type_error(op, target_arg, target.name, "a real ONNX element type (Cast has "
+                             "no complex types)")
+  if target.name == "STRING" or _cast_string.is_string_array(x):
+    return _host_cast(op, x, target, saturate, mode, fnuz_inf_to_nan, target_arg)
   if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
     if hasattr(x, "dtype"):
       _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
-    x = jnp.asarray(x)
+    try:
+      x = jnp.asarray(x)
+    except (TypeError, ValueError):
+      raise _checks.type_error(op, "x", x, "an array (or nested list of numbers) of an ONNX "
+                               "element type") from None
   _check_dtype(op, "x", x.dtype)
-  _check_dtype(op, "to", target.dtype)
+  _check_dtype(op, target_arg, target.dtype)
   return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
-
-
-def _flag(op: str, arg: str, value: Any) -> bool:
-  if _checks.is_traced(value):
-    raise _checks.type_error(op, arg, value, "a Python bool (it selects the conversion rule, so "
-                             "it must be concrete under jax.jit)")
-  if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
-                                             and int(value) in (0, 1)):
-    return bool(value)
-  raise _checks.type_error(op, arg, value, "a bool (or the ONNX integers 0/1)")
-
-
-def _is_string_array(x: Any) -> bool:
-  if isinstance(x, (str, bytes)):
-    return True
-  if isinstance(x, np.ndarray):
-    return x.dtype.kind in ("U", "S", "O")
-  if isinstance(x, (list, tuple)) and not isinstance(x, jax.Array):
-    return np.asarray(x).dtype.kind in ("U", "S", "O")
-  return False
 
 
 @functools.cache
@@ -449,8 +468,9 @@ def _to_e8m0(x: jax.Array, saturate: bool, mode: RoundMode) -> jax.Array:
 # --- STRING, on the host ------------------------------------------------------------------------
 
 
-def _host_cast(op: str, x: Any, target: _dtypes.ElemType, source_is_string: bool,
-               saturate: bool, mode: RoundMode, fnuz_inf_to_nan: bool) -> Any:
+def _host_cast(op: str, x: Any, target: _dtypes.ElemType, saturate: bool, mode: RoundMode,
+               fnuz_inf_to_nan: bool, target_arg: str) -> Any:
+  """A cast to or from STRING: formatted or parsed by ``_cast_string`` with NumPy, eagerly."""
   if _checks.is_traced(x):
     raise TypeError(
         f"{op}: casting to STRING runs on the host with NumPy (a jax.Array cannot hold strings), "
@@ -458,96 +478,12 @@ def _host_cast(op: str, x: Any, target: _dtypes.ElemType, source_is_string: bool
         f"on a concrete array.")
   a = np.asarray(x)
   if target.name == "STRING":
-    if source_is_string:
-      return np.vectorize(_as_str, otypes=[object])(a) if a.size else a.astype(object)
-    _check_dtype(op, "x", a.dtype)
-    out = np.empty(a.shape, dtype=object)
-    for i, v in np.ndenumerate(a):
-      out[i] = _format(v, a.dtype)
-    return out
+    if not _cast_string.is_string_array(a):
+      _check_dtype(op, "x", a.dtype)
+    return _cast_string.to_strings(op, a)
   dst = np.dtype(target.dtype)
-  _check_dtype(op, "to", dst)
-  texts = [_as_str(s) for s in a.reshape(-1)]
-  if dst == np.dtype(bool):
-    vals = np.array([_parse_float(op, s) != 0 for s in texts], dtype=bool)
-    return jnp.asarray(vals.reshape(a.shape))
-  if not _is_float(dst):
-    ints = [_wrap(_parse_int(op, s), dst) for s in texts]
-    return jnp.asarray(np.array(ints, dtype=dst).reshape(a.shape))
-  floats = np.array([_parse_float(op, s) for s in texts], dtype=np.float64).reshape(a.shape)
-  return _convert_jit(jnp.asarray(floats), dst, saturate, mode, fnuz_inf_to_nan)
-
-
-def _as_str(s: Any) -> str:
-  return s.decode() if isinstance(s, bytes) else str(s)
-
-
-def _format(v: Any, dtype: np.dtype) -> str:
-  """Shortest text that reads back to the same value of ``dtype``; ONNX's INF/NaN literals.
-
-  Fewest significant digits first (the round trip is checked in ``dtype``), then the shorter of
-  positional and scientific notation (positional on a tie).
-  """
-  if dtype == np.dtype(bool):
-    return "1" if v else "0"
-  if not _is_float(dtype):
-    return str(int(v))
-  f = float(v)
-  if math.isnan(f):
-    return "NaN"
-  if math.isinf(f):
-    return "INF" if f > 0 else "-INF"
-  digits, text = 17, f"{f:.16e}"
-  for p in range(1, 18):
-    candidate = f"{f:.{p - 1}e}"
-    if np.array(float(candidate)).astype(dtype) == v:
-      digits, text = p, candidate
-      break
-  mantissa, exp_text = text.split("e")
-  exponent = int(exp_text)
-  sign = "-" if mantissa.startswith("-") else ""
-  d = mantissa.lstrip("-").replace(".", "")
-  d = d.rstrip("0") or "0"
-  scientific = f"{sign}{d[0]}{'.' + d[1:] if len(d) > 1 else ''}e{exponent:+03d}"
-  if exponent >= len(d) - 1:
-    positional = sign + d + "0" * (exponent - len(d) + 1)
-  elif exponent >= 0:
-    positional = sign + d[:exponent + 1] + "." + d[exponent + 1:]
-  else:
-    positional = sign + "0." + "0" * (-exponent - 1) + d
-  return positional if len(positional) <= len(scientific) else scientific
-
-
-def _parse_float(op: str, s: str) -> float:
-  text = s.strip()
-  if text.lower() in ("true", "false"):
-    return 1.0 if text.lower() == "true" else 0.0
-  try:
-    return float(text)  # decimal, scientific, and [+-]inf/infinity/nan in any case
-  except ValueError:
-    raise ValueError(f"{op}: argument `x`: the string {s!r} is not a number (ONNX reads "
-                     f"decimal or scientific numbers and INF, +INF, -INF, NaN)") from None
-
-
-def _parse_int(op: str, s: str) -> int:
-  text = s.strip()
-  try:
-    return int(text)
-  except ValueError:
-    pass
-  f = _parse_float(op, s)
-  if not math.isfinite(f):
-    raise ValueError(f"{op}: argument `x`: the string {s!r} is {f} and has no integer value")
-  return math.trunc(f)
-
-
-def _wrap(v: int, dst: np.dtype) -> int:
-  """``v`` reduced to ``dst``'s bits (two's complement), as for integer -> integer casts."""
-  if dst in _NARROW_INT:
-    bits, signed = _NARROW_INT[dst]
-  else:
-    bits, signed = 8 * dst.itemsize, dst.kind == "i"
-  v &= (1 << bits) - 1
-  if signed and v >> (bits - 1):
-    v -= 1 << bits
-  return v
+  _check_dtype(op, target_arg, dst)
+  values = _cast_string.parse(op, a, dst)
+  if values.dtype == dst:
+    return jnp.asarray(values)
+  return _convert_jit(jnp.asarray(values), dst, saturate, mode, fnuz_inf_to_nan)

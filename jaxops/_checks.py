@@ -7,6 +7,9 @@ ValueError or TypeError (never an ``assert``: ``python -O`` strips those).
 from __future__ import annotations
 
 import enum
+import functools
+import math
+import os
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -115,15 +118,22 @@ class StrEnum(str, enum.Enum):
     raise value_error(op, arg, value, f"one of {allowed}")
 
 
-def as_array(x: Any) -> jax.Array:
+def as_array(x: Any, op: str = "jaxops", arg: str = "x") -> jax.Array:
   """``x`` as a JAX array: a jax.Array or tracer as it is (what jnp.asarray would return, without
-  its dispatch cost on every eager call), anything else through jnp.asarray."""
-  return x if isinstance(x, jax.Array) else jax.numpy.asarray(x)
+  its dispatch cost on every eager call), anything else through jnp.asarray. A value that is no
+  numeric array (None, strings, objects, integers too large for the dtype) is a TypeError
+  naming ``op`` and ``arg``."""
+  if isinstance(x, jax.Array):
+    return x
+  try:
+    return jax.numpy.asarray(x)
+  except (TypeError, ValueError, OverflowError) as e:
+    raise type_error(op, arg, x, f"an array of numbers or bools ({e})") from None
 
 
 def floating_input(op: str, x: Any, allowed: Sequence[np.dtype]) -> jax.Array:
   """``x`` as a JAX array whose dtype is one of ``allowed``, else a TypeError naming them."""
-  x = as_array(x)
+  x = as_array(x, op, "x")
   if x.dtype not in allowed:
     names = ", ".join(np.dtype(d).name for d in allowed)
     raise TypeError(f"{op}: argument `x` must have dtype in ({names}); got dtype {x.dtype}")
@@ -255,3 +265,33 @@ def compute_dtype(dtype: Any) -> np.dtype:
 def along_axis(vector: Any, axis: int, ndim: int) -> Any:
   """``vector`` (1-D) reshaped to broadcast along ``axis`` of a rank-``ndim`` array."""
   return vector.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
+
+
+@functools.cache
+def memory_limit() -> int:
+  """Bytes an output may take at most: the default device's memory limit where JAX reports one
+  (GPU/TPU), else the host's physical memory."""
+  try:
+    stats = jax.devices()[0].memory_stats() or {}
+  except Exception:  # noqa: BLE001 - a backend without memory statistics
+    stats = {}
+  if stats.get("bytes_limit"):
+    return int(stats["bytes_limit"])
+  try:
+    return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+  except (ValueError, OSError, AttributeError):
+    return 1 << 62
+
+
+def check_output_size(op: str, shape: Sequence[int], dtype: Any) -> None:
+  """A ValueError naming ``op``, the output shape and its size in bytes when an output of that
+  shape and dtype cannot fit in the device's memory (``memory_limit()``), raised before XLA tries
+  to allocate it. Sizes are Python integers, so the product never overflows."""
+  count = math.prod(int(d) for d in shape)
+  nbytes = count * np.dtype(dtype).itemsize
+  limit = memory_limit()
+  if nbytes > limit:
+    raise ValueError(
+        f"{op}: the output would have shape {tuple(int(d) for d in shape)} and dtype "
+        f"{np.dtype(dtype).name}: {count} elements, {nbytes} bytes, more than the {limit} bytes of "
+        f"memory of the device; ask for a smaller output")

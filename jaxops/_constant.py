@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxops import _checks, _dtypes
+from jaxops import _cast, _checks, _dtypes
 
 _OP = "jaxops.constant_of_shape"
 
@@ -34,8 +34,10 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
 
   Raises:
     TypeError: ``shape`` is traced or not integers; ``value`` is a string or complex, or its
-      dtype has no ONNX element type.
-    ValueError: a negative dim; ``value`` has more or fewer than one element.
+      dtype has no ONNX element type (or is one the installed XLA cannot hold: the float6
+      types).
+    ValueError: a negative dim; ``value`` has more or fewer than one element; the output cannot
+      fit in memory (raised before anything is allocated, naming the shape and its bytes).
 
   Examples:
     >>> import numpy as np, jaxops
@@ -49,13 +51,17 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
   """
   dims = _DIMS(_checks.cache_key(shape), shape)
   if value is None:
+    _checks.check_output_size(_OP, dims, np.float32)
     return jnp.zeros(dims, jnp.float32)
   if isinstance(value, (str, bytes)) or (isinstance(value, np.ndarray)
                                          and value.dtype.kind in ("U", "S", "O")):
     raise _checks.type_error(_OP, "value", value, "a numeric or bool one-element array "
                              "(ConstantOfShape has no STRING output)")
   if not isinstance(value, (np.ndarray, np.generic, jax.Array)):
-    value = jnp.asarray(value)
+    try:
+      value = jnp.asarray(value)
+    except (TypeError, ValueError):
+      raise _checks.type_error(_OP, "value", value, "a numeric or bool one-element array") from None
   dtype = np.dtype(value.dtype)
   if dtype not in _VALUE_DTYPES:
     try:
@@ -65,9 +71,13 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
     if elem is None or not elem.jax_ok or dtype.kind == "c":
       raise _checks.type_error(_OP, "value", value, "an array whose dtype is a real ONNX "
                                "element type")
+    if not _cast._xla_holds(dtype):
+      raise _checks.type_error(_OP, "value", value, f"an array of a type the installed JAX/XLA "
+                               f"can hold ({elem.name} is not, in jax {jax.__version__})")
     _VALUE_DTYPES.add(dtype)
   if int(np.size(value)) != 1:
     raise _checks.value_error(_OP, "value", value, "a one-element array")
+  _checks.check_output_size(_OP, dims, dtype)
   return _fill(value, dims)
 
 
@@ -75,7 +85,15 @@ def _dims(shape: Any) -> tuple[int, ...]:
   """``shape`` checked, as a tuple of dims."""
   if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
     raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)")
-  dims = _checks.int_tuple(_OP, "shape", shape)
+  try:
+    arr = _checks.concrete(_OP, "shape", shape)
+  except (TypeError, ValueError) as e:
+    if str(e).startswith(_OP):  # traced: concrete's own message says how to fix it
+      raise
+    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)") from None
+  if arr.size and arr.dtype.kind not in ("i", "u"):  # ONNX's shape is an int64 tensor
+    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)")
+  dims = _checks.int_tuple(_OP, "shape", arr)
   if any(d < 0 for d in dims):
     raise _checks.value_error(_OP, "shape", shape, "dims >= 0")
   return dims

@@ -71,6 +71,12 @@ BY_ENUM: dict[int, ElemType] = {t.enum: t for t in ELEM_TYPES}
 BY_NAME: dict[str, ElemType] = {t.name: t for t in ELEM_TYPES}
 BY_DTYPE: dict[np.dtype, ElemType] = {t.dtype: t for t in ELEM_TYPES if t.dtype is not None}
 
+# The integer types narrower than a byte: dtype -> (bits, signed). Casts into them keep the low
+# bits (two's complement), which NumPy/XLA conversion alone does not do.
+NARROW_INT: dict[np.dtype, tuple[int, bool]] = {
+    _d(jnp.int4): (4, True), _d(jnp.uint4): (4, False), _d(jnp.int2): (2, True),
+    _d(jnp.uint2): (2, False)}
+
 FLOAT8_NAMES = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0")
 # Types whose values compare exactly in tests (no rtol/atol).
 EXACT_NAMES = frozenset(
@@ -82,33 +88,40 @@ def elem_type(op: str, arg: str, to: Any) -> ElemType:
   """Resolve ``to`` (TensorProto enum int, its name, or a NumPy/JAX dtype) to an ElemType.
 
   Raises:
-    TypeError: ``to`` is none of those.
-    ValueError: an unknown enum value or name.
+    TypeError: ``to`` is none of those (None, a bool, an array or a traced value included).
+    ValueError: an unknown enum value or name, or a dtype with no ONNX element type.
   """
-  if isinstance(to, (bool, np.bool_)):
-    raise TypeError(f"{op}: argument `{arg}` must be an ONNX TensorProto enum value, its name or "
-                    f"a dtype; got {to!r}")
+  kinds = "an ONNX TensorProto enum value, its name or a dtype"
+  if to is None or isinstance(to, (bool, np.bool_)):
+    raise TypeError(f"{op}: argument `{arg}` must be {kinds}; got {to!r}")
   if isinstance(to, (int, np.integer)):
     if int(to) in BY_ENUM:
       return BY_ENUM[int(to)]
     raise ValueError(f"{op}: argument `{arg}` must be an ONNX TensorProto enum value in "
                      f"{sorted(BY_ENUM)}; got {int(to)}")
   if isinstance(to, bytes):
-    to = to.decode()
+    try:
+      to = to.decode()
+    except UnicodeDecodeError:
+      raise ValueError(f"{op}: argument `{arg}` must be an ONNX type name; got {to!r}") from None
   if isinstance(to, str):
     if to.upper() in BY_NAME:
       return BY_NAME[to.upper()]
     try:
       dtype = np.dtype(to)
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):
       raise ValueError(f"{op}: argument `{arg}` must be an ONNX type name "
                        f"({', '.join(BY_NAME)}) or a dtype name; got {to!r}") from None
     return _from_dtype(op, arg, dtype)
+  if not isinstance(to, (np.dtype, type)) and hasattr(to, "shape"):
+    # An array (or a traced value) is no type, although NumPy would read its dtype.
+    shape = getattr(to, "shape", None)
+    raise TypeError(f"{op}: argument `{arg}` must be {kinds}, not an array; got an array of "
+                    f"shape {shape}")
   try:
     dtype = np.dtype(to)
-  except TypeError:
-    raise TypeError(f"{op}: argument `{arg}` must be an ONNX TensorProto enum value, its name or "
-                    f"a dtype; got {to!r}") from None
+  except (TypeError, ValueError, SyntaxError):
+    raise TypeError(f"{op}: argument `{arg}` must be {kinds}; got {to!r}") from None
   return _from_dtype(op, arg, dtype)
 
 

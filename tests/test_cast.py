@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import chex
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import onnxruntime
 import pytest
 from jax.test_util import check_grads
+from onnx import TensorProto, helper
 
 import jaxops
 
@@ -100,29 +103,6 @@ def test_saturating_float8_and_float4_clamp_before_rounding(dst):
     np.testing.assert_array_equal(g, w)
 
 
-def test_float8_special_values_table_cast24():
-  # The rows of ONNX Cast-24's tables, written out.
-  x = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e6, -1e6], np.float32)
-  nan = np.nan
-  sat = {ml_dtypes.float8_e4m3fn: [0, -0.0, nan, 448, -448, 448, -448],
-         ml_dtypes.float8_e4m3fnuz: [0, 0, nan, 240, -240, 240, -240],
-         ml_dtypes.float8_e5m2: [0, -0.0, nan, 57344, -57344, 57344, -57344],
-         ml_dtypes.float8_e5m2fnuz: [0, 0, nan, 57344, -57344, 57344, -57344]}
-  nosat = {ml_dtypes.float8_e4m3fn: [0, -0.0, nan, nan, nan, nan, nan],
-           ml_dtypes.float8_e4m3fnuz: [0, 0, nan, nan, nan, nan, nan],
-           ml_dtypes.float8_e5m2: [0, -0.0, nan, np.inf, -np.inf, np.inf, -np.inf],
-           ml_dtypes.float8_e5m2fnuz: [0, 0, nan, nan, nan, nan, nan]}
-  for dst in F8:
-    assert_same(jaxops.cast(x, np.dtype(dst)), np.array(sat[dst], np.float64).astype(dst))
-    assert_same(jaxops.cast(x, np.dtype(dst), saturate=False),
-                np.array(nosat[dst], np.float64).astype(dst))
-  # -NaN keeps its sign for E4M3FN / E5M2 without saturate (table row "-NaN").
-  neg_nan = np.array([-np.nan], np.float32)
-  for dst in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
-    bits = np.asarray(jaxops.cast(neg_nan, np.dtype(dst), saturate=False)).view(np.uint8)
-    assert bits[0] & 0x80
-
-
 def _nearest_even(x: float, dtype) -> float:
   """Round-to-nearest-even of x into dtype, found exactly with fractions among neighbours."""
   utype = np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint32
@@ -203,15 +183,6 @@ _E8M0_WANT = {
 }
 
 
-@pytest.mark.parametrize("mode,saturate", sorted(_E8M0_WANT), ids=str)
-def test_e8m0_table(mode, saturate):
-  want = np.array([np.nan if w == "nan" else float(w) for w in _E8M0_WANT[mode, saturate]])
-  for src in (_E8M0_X, _E8M0_X.astype(np.float64)):
-    got = jaxops.cast(src, "FLOAT8E8M0", saturate=saturate, round_mode=mode)
-    assert got.dtype == np.dtype(E8M0)
-    np.testing.assert_array_equal(_f64(got), want)
-
-
 def test_e8m0_float32_subnormals_and_float64_agree():
   # A float32 subnormal x in [2**-127, 2**-126) is in range; rounding up gives 2**-126.
   x = np.array([2.0**-127, 1.5 * 2.0**-127, 2.0**-126 - 2.0**-140], np.float32)
@@ -265,41 +236,6 @@ def test_narrow_ints_widen_exactly():
       assert_same(g, _wrap(vals, 8, False).astype(dst) if dst == np.uint8 else vals.astype(dst))
 
 
-def test_float_to_narrow_int_rounds_half_even_then_wraps():
-  # ONNX's Int4/Int2 notes: round to the nearest integer (ties to even), then truncate bits.
-  x = np.array([-9.5, -8.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 7.4, 8.0, 8.7, 17.0, 15.5],
-               np.float32)
-  r = np.round(x).astype(np.int64)  # numpy rounds half to even
-  for dst, (bits, signed) in NARROW_INT.items():
-    assert_same(jaxops.cast(x, np.dtype(dst)), _wrap(r, bits, signed).astype(dst))
-  # ONNX's node-case data: -9..15 as float into INT4 / UINT4.
-  ints = np.arange(-9, 16).astype(np.float32)
-  assert_same(jaxops.cast(ints, "INT4"), _wrap(np.arange(-9, 16), 4, True).astype(ml_dtypes.int4))
-
-
-def test_float_to_int_truncates_toward_zero():
-  x = np.array([2.9, -2.9, 0.5, -0.5, 100.5, 127.0], np.float64)
-  for dst in (np.int8, np.int32, np.int64, np.uint8):
-    want = np.trunc(np.abs(x) if np.dtype(dst).kind == "u" else x).astype(dst)
-    assert_same(jaxops.cast(np.abs(x) if np.dtype(dst).kind == "u" else x, np.dtype(dst)), want)
-  assert_same(jaxops.cast(np.array([3.75, -3.75], ml_dtypes.float8_e4m3fn), "INT32"),
-              np.array([3, -3], np.int32))
-
-
-def test_int_to_float_rounds_and_overflows_to_inf():
-  assert_same(jaxops.cast(np.array([65520, 65519, -70000], np.int32), "FLOAT16"),
-              np.array([np.inf, 65504, -np.inf], np.float16))
-  assert_same(jaxops.cast(np.array([2**64 - 1], np.uint64), "FLOAT"),
-              np.array([2.0**64], np.float32))
-  # Integers into float8 follow the float8 table (saturate).
-  assert_same(jaxops.cast(np.array([300, 1000, -1000], np.int32), "FLOAT8E4M3FN"),
-              np.array([288, 448, -448], np.float32).astype(ml_dtypes.float8_e4m3fn))
-  assert_same(jaxops.cast(np.array([1000], np.int32), "FLOAT8E4M3FN", saturate=False)
-              .astype(np.float32), np.array([np.nan], np.float32))
-  assert_same(jaxops.cast(np.array([3, 0, 2**40]), "FLOAT8E8M0", round_mode="up"),
-              np.array([4, 2.0**-127, 2.0**40]).astype(E8M0))
-
-
 def test_bool_rules():
   f = np.array([0.0, -0.0, np.nan, np.inf, 0.5, -3.0], np.float32)
   want = np.array([False, False, True, True, True, True])
@@ -323,10 +259,6 @@ def test_bool_rules():
 
 def _ort_roundtrip(x: np.ndarray, to: int, opset: int, **attrs) -> np.ndarray:
   """onnxruntime's Cast(x, to) then Cast back to FLOAT (its Python API lacks narrow types)."""
-  pytest.importorskip("onnx")
-  ort = pytest.importorskip("onnxruntime")
-  from onnx import TensorProto, helper
-
   nodes = [helper.make_node("Cast", ["x"], ["m"], to=to, **attrs),
            helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT)]
   graph = helper.make_graph(
@@ -334,7 +266,8 @@ def _ort_roundtrip(x: np.ndarray, to: int, opset: int, **attrs) -> np.ndarray:
       [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))])
   model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
   model.ir_version = 11
-  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  sess = onnxruntime.InferenceSession(model.SerializeToString(),
+                                      providers=["CPUExecutionProvider"])
   return sess.run(None, {"x": x})[0]
 
 
@@ -390,10 +323,6 @@ def test_string_texts_read_back_to_the_same_value():
 
 
 def test_float_to_string_matches_onnxruntime():
-  pytest.importorskip("onnx")
-  ort = pytest.importorskip("onnxruntime")
-  from onnx import TensorProto, helper
-
   x = np.concatenate([_random_f32_bits(200, 8),
                       np.array([0.1, 1e20, np.nan, -np.inf, 100.0, 1e-7], np.float32)])
   node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.STRING)
@@ -402,7 +331,8 @@ def test_float_to_string_matches_onnxruntime():
       [helper.make_tensor_value_info("y", TensorProto.STRING, [x.size])])
   model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
   model.ir_version = 10
-  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  sess = onnxruntime.InferenceSession(model.SerializeToString(),
+                                      providers=["CPUExecutionProvider"])
   want = sess.run(None, {"x": x})[0]
   got = jaxops.cast(x, "STRING")
   # onnxruntime prints at most 8 significant digits, which does not always read back to the
@@ -432,6 +362,51 @@ def test_strings_to_numbers():
   assert jaxops.cast_like(np.array([3.5]), np.array(["x"])).tolist() == ["3.5"]
 
 
+# Decimal texts, ties among them, into the four narrow integer types (DEVIATIONS Cast #4).
+_NARROW_TEXTS = ["6.8", "-10.7", "2.5", "-2.5", "3.5", "-3.5", "0.5", "-0.5", "1.5", "-1.5",
+                 "7.5", "-8.5", "15.5", "-6.2", "9", "-9", "1e1", " -2.5e0 ", "0.49999", "-17.5"]
+
+
+def test_strings_to_narrow_ints_round_half_even_then_wrap():
+  # A string casts as its number does: ONNX's Int4/Int2 notes round to the nearest integer, ties
+  # to even, then keep the low bits. The nearest integer is found exactly with fractions
+  # (round() of a Fraction rounds ties to even), then wrapped.
+  nearest = np.array([round(Fraction(t.strip())) for t in _NARROW_TEXTS])
+  # By hand, for INT4: 6.8 -> 7; -10.7 -> -11 = 0b...10101 -> low bits 0101 = 5; 2.5 -> 2
+  # (even); -2.5 -> -2; 3.5 -> 4; -3.5 -> -4; +-0.5 -> 0; +-1.5 -> +-2; 7.5 -> 8 -> -8;
+  # -8.5 -> -8; 15.5 -> 16 -> 0; -6.2 -> -6; 9 -> -7; -9 -> 7; 1e1 -> 10 -> -6; -2.5 -> -2;
+  # 0.49999 -> 0; -17.5 -> -18 = -18 + 32 = 14 -> -2.
+  int4 = [7, 5, 2, -2, 4, -4, 0, 0, 2, -2, -8, -8, 0, -6, -7, 7, -6, -2, 0, -2]
+  np.testing.assert_array_equal(_wrap(nearest, 4, True), int4)
+  texts = np.array(_NARROW_TEXTS)
+  for dst, (bits, signed) in NARROW_INT.items():
+    want = _wrap(nearest, bits, signed).astype(dst)
+    assert_same(jaxops.cast(texts, np.dtype(dst)), want)
+    assert_same(jaxops.cast(texts.astype(object), np.dtype(dst)), want)
+    # The same numbers as floats cast the same way (the float rule, pinned above).
+    floats = np.array([float(t) for t in _NARROW_TEXTS])
+    assert_same(jaxops.cast(floats, np.dtype(dst)), want)
+
+
+def test_strings_to_narrow_ints_match_onnxruntime_off_ties():
+  # onnxruntime rounds ties away from zero (DEVIATIONS Cast #4); elsewhere it is an oracle.
+  ties = np.array([Fraction(t.strip()).denominator == 2 for t in _NARROW_TEXTS])
+  texts = np.array(_NARROW_TEXTS, object)[~ties]
+  for to in (TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.UINT2):
+    nodes = [helper.make_node("Cast", ["x"], ["m"], to=to),
+             helper.make_node("Cast", ["m"], ["y"], to=TensorProto.INT32)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.STRING, [texts.size])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [texts.size])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    model.ir_version = 11
+    sess = onnxruntime.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": texts})[0]
+    got = jaxops.cast(texts, helper.tensor_dtype_to_np_dtype(to))
+    np.testing.assert_array_equal(np.asarray(got).astype(np.int32), want)
+
+
 def test_string_errors():
   with pytest.raises(ValueError, match=r"jaxops.cast: argument `x`: the string 'Hello' is not a"):
     jaxops.cast(np.array(["Hello"]), "FLOAT")
@@ -454,6 +429,112 @@ def _e8m0_nearest_saturate(x):
   return np.clip(np.exp2(e - 1 + (m >= 0.75)), 2.0**-127, 2.0**127).astype(E8M0)
 
 
+class CastVariantsTest(chex.TestCase):
+  """Per-op behaviour, each test run eagerly and under jax.jit (chex.variants); each variant
+  builds one function that returns all its casts, so that the jit variant compiles once."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_float8_special_values_table_cast24(self):
+    # The rows of ONNX Cast-24's tables, written out.
+    x = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1e6, -1e6], np.float32)
+    nan = np.nan
+    sat = {ml_dtypes.float8_e4m3fn: [0, -0.0, nan, 448, -448, 448, -448],
+           ml_dtypes.float8_e4m3fnuz: [0, 0, nan, 240, -240, 240, -240],
+           ml_dtypes.float8_e5m2: [0, -0.0, nan, 57344, -57344, 57344, -57344],
+           ml_dtypes.float8_e5m2fnuz: [0, 0, nan, 57344, -57344, 57344, -57344]}
+    nosat = {ml_dtypes.float8_e4m3fn: [0, -0.0, nan, nan, nan, nan, nan],
+             ml_dtypes.float8_e4m3fnuz: [0, 0, nan, nan, nan, nan, nan],
+             ml_dtypes.float8_e5m2: [0, -0.0, nan, np.inf, -np.inf, np.inf, -np.inf],
+             ml_dtypes.float8_e5m2fnuz: [0, 0, nan, nan, nan, nan, nan]}
+    cases = [(dst, saturate) for dst in F8 for saturate in (True, False)]
+    run = self.variant(lambda v: [jaxops.cast(v, np.dtype(d), saturate=s) for d, s in cases])
+    for (dst, saturate), got in zip(cases, run(x)):
+      want = (sat if saturate else nosat)[dst]
+      assert_same(got, np.array(want, np.float64).astype(dst))
+    # -NaN keeps its sign for E4M3FN / E5M2 without saturate (table row "-NaN").
+    neg = self.variant(lambda v: [jaxops.cast(v, np.dtype(d), saturate=False)
+                                  for d in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)])
+    for got in neg(np.array([-np.nan], np.float32)):
+      assert np.asarray(got).view(np.uint8)[0] & 0x80
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_e8m0_table(self):
+    cases = sorted(_E8M0_WANT)
+    run = self.variant(lambda v: [jaxops.cast(v, "FLOAT8E8M0", saturate=s, round_mode=m)
+                                  for m, s in cases])
+    for src in (_E8M0_X, _E8M0_X.astype(np.float64)):
+      for (mode, saturate), got in zip(cases, run(src)):
+        want = [np.nan if w == "nan" else float(w) for w in _E8M0_WANT[mode, saturate]]
+        assert got.dtype == np.dtype(E8M0)
+        np.testing.assert_array_equal(_f64(got), want, err_msg=f"{mode} {saturate}")
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_float_to_narrow_int_rounds_half_even_then_wraps(self):
+    # ONNX's Int4/Int2 notes: round to the nearest integer (ties to even), then truncate bits.
+    x = np.array([-9.5, -8.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 7.4, 8.0, 8.7, 17.0, 15.5],
+                 np.float32)
+    r = np.round(x).astype(np.int64)  # numpy rounds half to even
+    run = self.variant(lambda v: [jaxops.cast(v, np.dtype(d)) for d in NARROW_INT])
+    for (dst, (bits, signed)), got in zip(NARROW_INT.items(), run(x)):
+      chex.assert_trees_all_equal(got, _wrap(r, bits, signed).astype(dst), strict=True)
+    # ONNX's node-case data: -9..15 as float into INT4 / UINT4.
+    ints = np.arange(-9, 16).astype(np.float32)
+    chex.assert_trees_all_equal(self.variant(lambda v: jaxops.cast(v, "INT4"))(ints),
+                                _wrap(np.arange(-9, 16), 4, True).astype(ml_dtypes.int4),
+                                strict=True)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_float_to_int_truncates_toward_zero(self):
+    x = np.array([2.9, -2.9, 0.5, -0.5, 100.5, 127.0], np.float64)
+    dsts = (np.int8, np.int32, np.int64, np.uint8)
+    run = self.variant(lambda v, a, f8: [jaxops.cast(a if np.dtype(d).kind == "u" else v,
+                                                     np.dtype(d)) for d in dsts]
+                       + [jaxops.cast(f8, "INT32")])
+    got = run(x, np.abs(x), np.array([3.75, -3.75], ml_dtypes.float8_e4m3fn))
+    for dst, g in zip(dsts, got):
+      want = np.trunc(np.abs(x) if np.dtype(dst).kind == "u" else x).astype(dst)
+      chex.assert_trees_all_equal(g, want, strict=True)
+    chex.assert_trees_all_equal(got[-1], np.array([3, -3], np.int32), strict=True)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_int_to_float_rounds_and_overflows_to_inf(self):
+    run = self.variant(lambda a, b, c: (
+        jaxops.cast(a, "FLOAT16"), jaxops.cast(b, "FLOAT"), jaxops.cast(c, "FLOAT8E4M3FN"),
+        jaxops.cast(c, "FLOAT8E4M3FN", saturate=False), jaxops.cast(c, "FLOAT8E8M0")))
+    f16, f32, e4, e4_nosat, e8 = run(np.array([65520, 65519, -70000], np.int32),
+                                     np.array([2**64 - 1], np.uint64),
+                                     np.array([300, 1000, -1000, 3, 0], np.int32))
+    # float16: 65520 is halfway between 65504 (odd mantissa) and the would-be 65536 -> Inf.
+    assert_same(f16, np.array([np.inf, 65504, -np.inf], np.float16))
+    assert_same(f32, np.array([2.0**64], np.float32))
+    # Integers into float8 follow the float8 table: 300 -> 288 (spacing 32), saturate -> 448;
+    # without saturate -> NaN; float8e8m0 `up`: 3 -> 4, 0 -> 2**-127 (saturate).
+    assert_same(e4, np.array([288, 448, -448, 3, 0], np.float32).astype(ml_dtypes.float8_e4m3fn))
+    assert np.isnan(_f64(e4_nosat)[1:3]).all()
+    assert_same(e8[3:], np.array([4, 2.0**-127]).astype(E8M0))
+    assert_same(self.variant(lambda v: jaxops.cast(v, "FLOAT8E8M0"))(np.array([2**40])),
+                np.array([2.0**40]).astype(E8M0))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_cast_like_reads_only_the_dtype(self):
+    like = np.zeros((5, 5), ml_dtypes.float8_e5m2)
+    x = np.array([1e6, 0.3], np.float32)
+    want = np.clip(_f64(x), -57344.0, 57344.0).astype(like.dtype)  # saturate: 1e6 -> max
+    want_nosat = np.array([np.inf, 0.3]).astype(like.dtype)
+    run = self.variant(lambda a, b: (jaxops.cast_like(a, b),
+                                     jaxops.cast_like(a, b, saturate=False)))
+    for f in (run, jax.vmap(run, in_axes=(0, None))):
+      sat, nosat = f(x, like)
+      assert_same(sat, want)
+      assert_same(nosat, want_nosat)
+    h = self.variant(jaxops.cast_like)  # float -> int truncates toward zero
+    a, b = np.array([1.7, -2.7]), np.zeros(3, np.int32)
+    for f in (h, jax.vmap(h, in_axes=(0, None))):
+      chex.assert_trees_all_equal(f(a, b), np.array([1, -2], np.int32), strict=True)
+    chex.assert_trees_all_equal(jaxops.cast_like([1, 2], np.zeros(1, np.float16)),
+                                np.array([1, 2], np.float16), strict=True)
+
+
 def test_jit_vmap_eager_against_oracles_and_jit_does_not_retrace():
   x = _random_f32_bits(512, 9).reshape(8, 64)
   fnuz = ml_dtypes.float8_e4m3fnuz
@@ -464,19 +545,15 @@ def test_jit_vmap_eager_against_oracles_and_jit_does_not_retrace():
   e = np.concatenate([np.tile(_E8M0_X, (8, 1)), pos], axis=1)
   want_e8m0 = np.concatenate([np.tile(table, (8, 1)).astype(E8M0), _e8m0_nearest_saturate(pos)],
                              axis=1)
-  traces = []
 
   def f(v, w):
-    traces.append(1)
     return jaxops.cast(v, "FLOAT8E4M3FNUZ"), jaxops.cast(w, "FLOAT8E8M0", round_mode="nearest")
 
-  eager = f(x, e)
-  jitted = jax.jit(f)
-  for _ in range(3):
+  chex.clear_trace_counter()
+  jitted = jax.jit(chex.assert_max_traces(f, n=1))
+  for _ in range(3):  # three calls with the same shapes and options: one trace
     got = jitted(x, e)
-  assert len(traces) == 2  # one eager call, one trace for three jitted calls
-  mapped = jax.vmap(f)(x, e)
-  for results in (eager, got, mapped, jax.jit(jax.vmap(f))(x, e)):
+  for results in (f(x, e), got, jax.vmap(f)(x, e), jax.jit(jax.vmap(f))(x, e)):
     assert_same(results[0], want_fnuz)
     assert_same(results[1], want_e8m0)
   ints = np.arange(-9, 7.0).reshape(4, 4)
@@ -484,25 +561,6 @@ def test_jit_vmap_eager_against_oracles_and_jit_does_not_retrace():
   g = lambda v: jaxops.cast(v, "INT4")  # noqa: E731
   for got in (g(ints), jax.jit(g)(ints), jax.vmap(g)(ints)):
     assert_same(got, want)
-
-
-def test_cast_like_reads_only_the_dtype():
-  like = np.zeros((5, 5), ml_dtypes.float8_e5m2)
-  x = np.array([1e6, 0.3], np.float32)
-  want = np.clip(_f64(x), -57344.0, 57344.0).astype(like.dtype)  # saturate: 1e6 -> max
-  want_nosat = np.array([np.inf, 0.3]).astype(like.dtype)
-  f = lambda a, **kw: jaxops.cast_like(a, like, **kw)  # noqa: E731
-  for run in (f, jax.jit(f, static_argnames="saturate"), jax.vmap(f)):
-    assert_same(run(x), want)
-  for run in (f, jax.jit(f, static_argnames="saturate")):
-    assert_same(run(x, saturate=False), want_nosat)
-  assert_same(jax.vmap(lambda a: f(a, saturate=False))(x), want_nosat)
-  assert_same(f(x), jaxops.cast(x, "FLOAT8E5M2"))  # besides the oracle: cast_like is cast
-  h = lambda a, b: jaxops.cast_like(a, b)  # noqa: E731
-  a, b = np.array([1.7, -2.7]), np.zeros(3, np.int32)  # float -> int truncates toward zero
-  for run in (h, jax.jit(h), jax.vmap(h, in_axes=(0, None))):
-    assert_same(run(a, b), np.array([1, -2], np.int32))
-  assert_same(jaxops.cast_like([1, 2], np.zeros(1, np.float16)), np.array([1, 2], np.float16))
 
 
 # --- gradients ------------------------------------------------------------------------------------

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import onnx
+import onnx.defs
+import onnxruntime
 import pytest
+from onnx import TensorProto, helper
 
-onnx = pytest.importorskip("onnx")
-
-from onnx import TensorProto, helper  # noqa: E402
-
-from jaxops.onnx import Backend  # noqa: E402
+from jaxops.onnx import Backend, _registry
 
 T = TensorProto
 NAN = np.nan
@@ -49,8 +49,7 @@ def _cast_node_run(opset, x, **attrs):
 
 
 def _ort(model, feeds):
-  ort = pytest.importorskip("onnxruntime")
-  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  sess = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
   return sess.run(None, feeds)
 
 
@@ -154,17 +153,94 @@ def test_string_from_cast9():
   np.testing.assert_array_equal(z, want)
 
 
-@pytest.mark.parametrize("to,first", [(T.BFLOAT16, 13), (T.FLOAT8E4M3FN, 19), (T.INT4, 21),
-                                      (T.FLOAT4E2M1, 23), (T.FLOAT8E8M0, 24), (T.UINT2, 25)])
-def test_types_arrive_with_their_version(to, first):
-  x = np.array([1.0, 2.0], np.float32)
-  prev = {13: 9, 19: 13, 21: 19, 23: 21, 24: 23, 25: 24}[first]
-  name = T.DataType.Name(to)
-  with pytest.raises(TypeError, match=f"Cast version {prev} does not allow `to` of type {name}"):
-    _cast_node_run(prev, x, to=to)
-  y = _cast_node_run(first, x, to=to)
-  assert y.dtype == helper.tensor_dtype_to_np_dtype(to)
-  np.testing.assert_array_equal(_f64(y), [1.0, 2.0])
+# --- each version's element types, read from onnx.defs ----------------------------------------
+
+# Every element type a JAX array holds and XLA converts (the float6 types: see the test below).
+_HELD = [t for t in range(1, 27) if t not in (T.STRING, T.COMPLEX64, T.COMPLEX128)]
+
+
+def _schema_types(op, version, param):
+  """The TensorProto enums that type parameter ``param`` of ``op``-``version`` allows, from
+  onnx.defs (the schema's strings are "tensor(float)", "tensor(float8e4m3fn)", ...)."""
+  spelled = {"float": "FLOAT", "double": "DOUBLE"}
+  for constraint in onnx.defs.get_schema(op, version, "").type_constraints:
+    if constraint.type_param_str == param:
+      names = [t[len("tensor("):-1] for t in constraint.allowed_type_strs]
+      return {getattr(T, spelled.get(n, n.upper())) for n in names}
+  raise KeyError(param)
+
+
+def test_the_schema_reading_finds_each_types_first_version():
+  # The versions in ONNX's Changelog that bring each type to Cast's output.
+  first = {T.BFLOAT16: 13, T.FLOAT8E4M3FN: 19, T.INT4: 21, T.FLOAT4E2M1: 23, T.FLOAT8E8M0: 24,
+           T.UINT2: 25, T.FLOAT6E2M3: 28, T.FLOAT: 1, T.STRING: 9}
+  for to, v in first.items():
+    have = [u for u in _CAST_VERSIONS if to in _schema_types("Cast", u, "T2")]
+    assert have[0] == v, (T.DataType.Name(to), have)
+
+
+_CAST_VERSIONS = (1, 6, 9, 13, 19, 21, 23, 24, 25, 28)
+
+
+def _checked_adapter(op, version):
+  """The adapter as the backend runs it: the shared schema check first, then the adapter."""
+  entry = _registry.ADAPTERS[(op, version)]
+
+  def run(inputs, attrs):
+    _registry.check_node("", entry, inputs, attrs)
+    return entry.fn(inputs, attrs)
+
+  return run
+
+
+@pytest.mark.parametrize("version", _CAST_VERSIONS)
+def test_cast_types_follow_the_schema(version):
+  # Each held type as `to` (from float32) and as the input (to FLOAT, which every version has):
+  # allowed by that version's schema -> the value 1 casts exactly; else a TypeError naming it.
+  adapter = _checked_adapter("Cast", version)
+  to_allowed, in_allowed = (_schema_types("Cast", version, p) for p in ("T2", "T1"))
+  one = np.ones(2, np.float32)
+  for t in _HELD:
+    name = T.DataType.Name(t)
+    to = name if version == 1 else t  # Cast-1's `to` is a type name
+    if t in to_allowed:
+      (y,) = adapter([one], {"to": to})
+      assert y.dtype == helper.tensor_dtype_to_np_dtype(t)
+      np.testing.assert_array_equal(_f64(y), [1.0, 1.0], err_msg=name)
+    else:
+      with pytest.raises(TypeError, match=f"Cast version {version} does not allow `to` of type "
+                         f"{name};"):
+        adapter([one], {"to": to})
+    x = one.astype(helper.tensor_dtype_to_np_dtype(t))
+    float_name = "FLOAT" if version == 1 else T.FLOAT
+    if t in in_allowed:
+      np.testing.assert_array_equal(adapter([x], {"to": float_name})[0], one, err_msg=name)
+    else:
+      with pytest.raises(TypeError, match=rf"\(Cast-{version}\): input 0 \(`input`\) has element "
+                         f"type {name};"):
+        adapter([x], {"to": float_name})
+
+
+@pytest.mark.parametrize("version", (15, 19, 21, 23, 24, 25))
+def test_cast_like_types_follow_the_schema(version):
+  adapter = _checked_adapter("CastLike", version)
+  to_allowed, in_allowed = (_schema_types("CastLike", version, p) for p in ("T2", "T1"))
+  one = np.ones(2, np.float32)
+  for t in _HELD:
+    name = T.DataType.Name(t)
+    like = np.zeros(1, helper.tensor_dtype_to_np_dtype(t))
+    if t in to_allowed:
+      (y,) = adapter([one, like], {})
+      assert y.dtype == like.dtype
+      np.testing.assert_array_equal(_f64(y), [1.0, 1.0], err_msg=name)
+    else:
+      with pytest.raises(TypeError, match=rf"\(CastLike-{version}\): input 1 \(`target_type`\) "
+                         f"has element type {name};"):
+        adapter([one, like], {})
+    if t not in in_allowed:
+      with pytest.raises(TypeError, match=rf"\(CastLike-{version}\): input 0 \(`input`\) has "
+                         f"element type {name};"):
+        adapter([one.astype(like.dtype), np.zeros(1, np.float32)], {})
 
 
 def test_cast28_float6_is_a_clear_error():
@@ -190,7 +266,7 @@ def test_round_mode_and_saturate_attributes_of_cast24():
                                   extra_inputs=(like,)), [x])
   np.testing.assert_array_equal(_f64(y)[:2], [1, 2])
   node = helper.make_node("CastLike", ["x", "like"], ["y"])
-  with pytest.raises(TypeError, match="CastLike version 23 does not allow target_type of type "
+  with pytest.raises(TypeError, match=r"CastLike-23\): input 1 \(`target_type`\) has element type "
                      "FLOAT8E8M0"):
     Backend.run_node(node, [x, like], opset_version=23)
 
@@ -202,18 +278,15 @@ def test_castlike_saturate_from_version_19():
                                   extra_inputs=(like,)), [x])
   assert np.isnan(_f64(y)).all()
   node = helper.make_node("CastLike", ["x", "like"], ["y"])
-  with pytest.raises(TypeError, match="CastLike version 15 does not allow target_type of type "
+  with pytest.raises(TypeError, match=r"CastLike-15\): input 1 \(`target_type`\) has element type "
                      "FLOAT8E4M3FN"):
     Backend.run_node(node, [x, like], opset_version=15)
   (z,) = Backend.run_node(node, [np.array([2.5, -1.0]), np.zeros(2, np.int16)], opset_version=15)
   np.testing.assert_array_equal(z, np.array([2, -1], np.int16))
 
 
-# --- ConstantOfShape-9 .. 25: the dtypes of `value` ------------------------------------------------
+# --- ConstantOfShape-9 .. 25: the dtypes of `value` ---------------------------------------------
 
-_FIRST = [(np.float32, 9), (np.int64, 9), (np.bool_, 9), (ml_dtypes.bfloat16, 20),
-          (ml_dtypes.float8_e5m2, 20), (ml_dtypes.int4, 21), (ml_dtypes.float4_e2m1fn, 23),
-          (ml_dtypes.float8_e8m0fnu, 24), (ml_dtypes.int2, 25)]
 _VERSIONS = [9, 20, 21, 23, 24, 25]
 
 
@@ -229,20 +302,28 @@ def _cos_model(opset, value):
   return model
 
 
-@pytest.mark.parametrize("dtype,first", _FIRST, ids=lambda v: getattr(v, "__name__", str(v)))
-def test_constant_of_shape_dtypes_per_version(dtype, first):
-  value = np.array([1], np.float32).astype(dtype)
+@pytest.mark.parametrize("version", _VERSIONS)
+def test_constant_of_shape_dtypes_follow_the_schema(version):
+  # `value` of each held type: allowed by that version's schema -> filled with it; else a
+  # TypeError naming the type. Through the model path for the first version that allows a type.
+  allowed = _schema_types("ConstantOfShape", version, "T2")
+  adapter = _registry.ADAPTERS[("ConstantOfShape", version)].fn
   shape = np.array([2, 3], np.int64)
-  node = helper.make_node("ConstantOfShape", ["x"], ["y"],
-                          value=onnx.numpy_helper.from_array(value, "value"))
-  for v in _VERSIONS:
-    if v < first:
-      with pytest.raises(TypeError, match=f"ConstantOfShape version {v} does not allow `value`"):
-        Backend.run_node(node, [shape], opset_version=v)
-    elif v in (first, 25):
-      (y,) = Backend.run_model(_cos_model(v, value), [shape])
-      assert y.dtype == np.dtype(dtype) and y.shape == (2, 3)
-      np.testing.assert_array_equal(_f64(y), np.ones((2, 3)))
+  earlier = set().union(*[_schema_types("ConstantOfShape", v, "T2") for v in _VERSIONS
+                          if v < version])
+  for t in _HELD:
+    name = T.DataType.Name(t)
+    value = np.array([1], np.float32).astype(helper.tensor_dtype_to_np_dtype(t))
+    if t in allowed:
+      (y,) = adapter([shape], {"value": value})
+      if t not in earlier:  # new in this version: the whole model path too
+        (y,) = Backend.run_model(_cos_model(version, value), [shape])
+      assert y.dtype == value.dtype and y.shape == (2, 3)
+      np.testing.assert_array_equal(_f64(y), np.ones((2, 3)), err_msg=name)
+    else:
+      with pytest.raises(TypeError, match=f"ConstantOfShape version {version} does not allow "
+                         f"`value` of type {name};"):
+        adapter([shape], {"value": value})
 
 
 def test_constant_of_shape_matches_onnxruntime():

@@ -116,6 +116,7 @@ class BackendRep(_BaseRep):
         raise NotImplementedError(f"jaxops.onnx: node {node.op_type} uses domain {domain!r}, "
                                   f"which the model does not import")
       adapter = _registry.lookup(node.op_type, domain, opsets[domain])
+      _registry.check_signature(node, adapter)
       for i in adapter.static_inputs:
         if i < len(node.input) and node.input[i]:
           name = node.input[i]
@@ -149,7 +150,16 @@ class BackendRep(_BaseRep):
           ins.append(np.asarray(env[name]))
         else:
           ins.append(env[name])
-      outs = adapter.fn(ins, attrs)
+      _registry.check_node(node.name, adapter, ins, attrs)
+      try:
+        outs = adapter.fn(ins, attrs)
+      except (ValueError, TypeError, NotImplementedError) as e:
+        # Errors of the adapter and the core function name the node and op version too.
+        if type(e) not in (ValueError, TypeError, NotImplementedError) or str(e).startswith(
+            "jaxops.onnx: node"):
+          raise
+        label = _registry.node_label(node.name, adapter.op_type, adapter.since_version)
+        raise type(e)(f"{label}: {e}") from e
       for name, value in zip(node.output, outs):
         if name:
           env[name] = value

@@ -16,12 +16,20 @@ eagerly on the host (STRING casts), which makes the whole model run without jit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import onnx
+import onnx.defs
+import onnx.helper
+
+from jaxops import _dtypes
 
 Adapt = Callable[[list[Any], dict[str, Any]], list[Any]]
+# A rank rule: (inputs, attrs) -> None when the ranks are valid, else (input index, what is wrong).
+RankRule = Callable[[list[Any], dict[str, Any]], "tuple[int, str] | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +39,7 @@ class Adapter:
   fn: Adapt
   static_inputs: tuple[int, ...] = ()
   host: Callable[[dict[str, Any]], bool] | None = None
+  rank: RankRule | None = None
 
 
 ADAPTERS: dict[tuple[str, int], Adapter] = {}
@@ -41,15 +50,184 @@ OPERATORS = ("Cast", "CastLike", "ConstantOfShape", "Resize", "Upsample", "Avera
 
 
 def register(op_type: str, *since_versions: int, static_inputs: Sequence[int] = (),
-             host: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[Adapt], Adapt]:
-  """Register ``fn`` as the adapter of ``op_type`` for each of ``since_versions``."""
+             host: Callable[[dict[str, Any]], bool] | None = None,
+             rank: RankRule | None = None) -> Callable[[Adapt], Adapt]:
+  """Register ``fn`` as the adapter of ``op_type`` for each of ``since_versions``.
+
+  Every node is checked by ``check_node`` before its adapter runs: the element type of each
+  input against that version's schema, and ``rank`` (a rule such as ``pool_rank``) when given.
+  """
 
   def deco(fn: Adapt) -> Adapt:
     for v in since_versions:
-      ADAPTERS[(op_type, v)] = Adapter(op_type, v, fn, tuple(static_inputs), host)
+      ADAPTERS[(op_type, v)] = Adapter(op_type, v, fn, tuple(static_inputs), host, rank)
     return fn
 
   return deco
+
+
+# --- the shared node check ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputRule:
+  name: str                 # the schema's name of the input ("X", "roi", ...)
+  param: str | None         # its type parameter ("T"), None for a fixed type
+  allowed: frozenset[str]   # ONNX element type names it accepts
+  variadic: bool
+
+
+@functools.cache
+def _input_rules(op_type: str, since: int) -> tuple[_InputRule, ...]:
+  """The schema's type rule of each formal input of ``op_type`` version ``since``."""
+  schema = onnx.defs.get_schema(op_type, since, "")
+  constraints = {c.type_param_str: _type_names(c.allowed_type_strs)
+                 for c in schema.type_constraints}
+  rules = []
+  for formal in schema.inputs:
+    param = formal.type_str if formal.type_str in constraints else None
+    allowed = constraints[param] if param else _type_names([formal.type_str])
+    rules.append(_InputRule(formal.name, param, allowed,
+                            formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic))
+  return tuple(rules)
+
+
+_ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
+
+
+def _type_names(type_strs: Sequence[str]) -> frozenset[str]:
+  """'tensor(float)' -> 'FLOAT', as TensorProto names the element types."""
+  inner = [t[len("tensor("):-1] for t in type_strs if t.startswith("tensor(")]
+  return frozenset(_ONNX_TYPE_NAMES.get(t, t.upper()) for t in inner)
+
+
+def _type_name(value: Any) -> str:
+  return _dtypes.of_dtype(np.dtype(value.dtype)).name
+
+
+def node_label(node_name: str, op_type: str, since: int) -> str:
+  """How errors name a node: ``jaxops.onnx: node 'n' (AveragePool-22)``."""
+  return f"jaxops.onnx: node {node_name!r} ({op_type}-{since})"
+
+
+def check_node(node_name: str, adapter: Adapter, inputs: Sequence[Any],
+               attrs: dict[str, Any]) -> None:
+  """Checks a node's inputs against its version's schema before the adapter runs.
+
+  Raises:
+    TypeError: an input's element type is not one the schema allows, or two inputs bound to
+      the same type parameter have different types.
+    ValueError: the adapter's rank rule refuses the input ranks.
+  """
+  label = node_label(node_name, adapter.op_type, adapter.since_version)
+  rules = _input_rules(adapter.op_type, adapter.since_version)
+  bound: dict[str, tuple[int, str]] = {}
+  for i, value in enumerate(inputs):
+    if value is None or not rules:
+      continue
+    rule = rules[i] if i < len(rules) else rules[-1]
+    if i >= len(rules) and not rule.variadic:
+      raise ValueError(f"{label}: has {len(inputs)} inputs; the schema takes at most "
+                       f"{len(rules)} ({', '.join(r.name for r in rules)})")
+    try:
+      name = _type_name(value)
+    except ValueError:
+      name = str(np.dtype(value.dtype))
+    if name not in rule.allowed:
+      raise TypeError(f"{label}: input {i} (`{rule.name}`) has element type {name}; allowed: "
+                      f"{', '.join(sorted(rule.allowed))}")
+    if rule.param is not None:
+      first = bound.setdefault(rule.param, (i, name))
+      if first[1] != name:
+        raise TypeError(f"{label}: input {i} (`{rule.name}`) has element type {name} but input "
+                        f"{first[0]} has {first[1]}; both are of type {rule.param}, which must "
+                        f"be one type")
+  if adapter.rank is not None:
+    problem = adapter.rank(list(inputs), attrs)
+    if problem is not None:
+      i, what = problem
+      formal = rules[min(i, len(rules) - 1)].name if rules else str(i)
+      raise ValueError(f"{label}: input {i} (`{formal}`) {what}")
+
+
+def check_signature(node: Any, adapter: Adapter) -> None:
+  """Checks a node's input count and attributes against its version's schema when the model is
+  prepared.
+
+  Raises:
+    ValueError: too few or too many inputs; an attribute the schema of that version does not
+      have; a required attribute missing.
+    TypeError: an attribute of another type than the schema's (e.g. FLOATS for INTS).
+  """
+  schema = onnx.defs.get_schema(adapter.op_type, adapter.since_version, "")
+  label = node_label(node.name, adapter.op_type, adapter.since_version)
+  names = list(node.input)
+  while names and not names[-1]:
+    names.pop()  # trailing empty names are omitted optional inputs
+  lo, hi = schema.min_input, schema.max_input
+  if len(names) > hi or len(names) < lo or any(not n for n in names[:lo]):
+    want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    raise ValueError(f"{label}: takes {want} input(s); got {sum(bool(n) for n in names)} "
+                     f"({names})")
+  given = {a.name for a in node.attribute}
+  for name, spec in schema.attributes.items():
+    if spec.required and name not in given:
+      raise ValueError(f"{label}: needs the attribute `{name}`")
+  for a in node.attribute:
+    spec = schema.attributes.get(a.name)
+    if spec is None:
+      raise ValueError(f"{label}: has no attribute `{a.name}`; it takes "
+                       f"{', '.join(sorted(schema.attributes)) or 'none'}")
+    if a.type != spec.type:
+      got = onnx.AttributeProto.AttributeType.Name(a.type)
+      want = onnx.AttributeProto.AttributeType.Name(spec.type)
+      raise TypeError(f"{label}: attribute `{a.name}` must be of type {want}; got {got} "
+                      f"{_attr_repr(a)}")
+
+
+def _attr_repr(a: Any) -> str:
+  value = onnx.helper.get_attribute_value(a)
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + "..."
+
+
+def exact_rank(rank: int, index: int = 0) -> RankRule:
+  """A rule: input ``index`` has exactly ``rank`` axes."""
+
+  def rule(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+    x = inputs[index] if index < len(inputs) else None
+    if x is not None and np.ndim(x) != rank:
+      return index, (f"has rank {np.ndim(x)} (shape {tuple(np.shape(x))}); it must have rank "
+                     f"{rank}")
+    return None
+
+  return rule
+
+
+def pool_rank(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+  """The pooling ops' rule: X is (N, C, D1, ..., Dn) with n = len(kernel_shape)."""
+  kernel = attrs.get("kernel_shape")
+  if kernel is None or inputs[0] is None:
+    return None
+  want = len(np.asarray(kernel).reshape(-1)) + 2
+  if np.ndim(inputs[0]) != want:
+    return 0, (f"has rank {np.ndim(inputs[0])} (shape {tuple(np.shape(inputs[0]))}); with "
+               f"kernel_shape {[int(k) for k in np.asarray(kernel).reshape(-1)]} it must have rank {want}: "
+               f"(N, C) and one axis per kernel axis")
+  return None
+
+
+def min_rank(rank: int, index: int = 0) -> RankRule:
+  """A rule: input ``index`` has at least ``rank`` axes."""
+
+  def rule(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+    x = inputs[index] if index < len(inputs) else None
+    if x is not None and np.ndim(x) < rank:
+      return index, (f"has rank {np.ndim(x)} (shape {tuple(np.shape(x))}); it must have at "
+                     f"least {rank} axes")
+    return None
+
+  return rule
 
 
 def supported() -> dict[str, list[int]]:
@@ -66,8 +244,6 @@ def lookup(op_type: str, domain: str, opset: int) -> Adapter:
   Raises:
     NotImplementedError: jaxops lacks the op or that version of it.
   """
-  import onnx.defs
-
   if domain not in ("", "ai.onnx"):
     raise NotImplementedError(
         f"jaxops.onnx: op {op_type} of domain {domain!r} is not implemented; jaxops implements "
@@ -110,20 +286,15 @@ def ints(value: Any) -> tuple[int, ...] | None:
 # --- Cast / CastLike ----------------------------------------------------------------------------
 # Each version's type constraints are read from onnx's schema; Cast-1's `to` is a type name.
 # Cast-19/21/23 (and CastLike-19/21/23, which defer to Cast) send +-Inf to NaN for the FNUZ
-# float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default).
-
-_ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
-
+# float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default): the adapters
+# call the internal cast functions, which take that switch.
 
 def _allowed_types(op_type: str, since: int, param: str) -> frozenset[str]:
   """The ONNX element type names that ``param`` of ``op_type`` version ``since`` allows."""
-  import onnx.defs
-
   schema = onnx.defs.get_schema(op_type, since, "")
   for constraint in schema.type_constraints:
     if constraint.type_param_str == param:
-      inner = [t[len("tensor("):-1] for t in constraint.allowed_type_strs]
-      return frozenset(_ONNX_TYPE_NAMES.get(t, t.upper()) for t in inner)
+      return _type_names(constraint.allowed_type_strs)
   raise KeyError(param)
 
 
@@ -134,21 +305,16 @@ def _check_type(op_type: str, since: int, param: str, what: str, name: str) -> N
                     f"{name}; allowed: {', '.join(sorted(allowed))}")
 
 
-def _type_name(value: Any) -> str:
-  from jaxops import _dtypes
-
-  return _dtypes.of_dtype(np.dtype(value.dtype)).name
-
-
 def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
-  return {"saturate": bool(attr(attrs, "saturate", 1)) if since >= 19 else True,
+  """saturate (Cast-19+), round_mode (Cast-24+) and the Cast-19..23 FNUZ switch."""
+  return {"saturate": attr(attrs, "saturate", 1) if since >= 19 else True,
           "round_mode": attr(attrs, "round_mode", "up") if since >= 24 else "up",
-          "_fnuz_inf_to_nan": 19 <= since <= 23}
+          "fnuz_inf_to_nan": 19 <= since <= 23}
 
 
 def _casts_to_string(attrs: dict[str, Any]) -> bool:
-  to = attrs.get("to")
-  return to == 8 or (isinstance(to, str) and to.upper() == "STRING")
+  to = attr(attrs, "to", None)
+  return to == 8 or (isinstance(to, (str, bytes)) and to.upper() in ("STRING", b"STRING"))
 
 
 def _make_cast(since: int) -> Adapt:
@@ -156,12 +322,9 @@ def _make_cast(since: int) -> Adapt:
     from jaxops import _cast, _dtypes
 
     x = inputs[0]
-    if "to" not in attrs:
-      raise ValueError(f"jaxops.onnx: Cast version {since} needs the attribute `to`")
-    target = _dtypes.elem_type("Cast", "to", attrs["to"])
-    _check_type("Cast", since, "T1", "input", _type_name(x))
+    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", attr(attrs, "to", None))
     _check_type("Cast", since, "T2", "`to`", target.name)
-    return [_cast.cast(x, target.enum, **_cast_kwargs(since, attrs))]
+    return [_cast.cast_internal(x, target.enum, **_cast_kwargs(since, attrs))]
 
   return cast_adapter
 
@@ -171,9 +334,7 @@ def _make_cast_like(since: int) -> Adapt:
     from jaxops import _cast
 
     x, like = inputs[0], inputs[1]
-    _check_type("CastLike", since, "T1", "input", _type_name(x))
-    _check_type("CastLike", since, "T2", "target_type", _type_name(like))
-    return [_cast.cast_like(x, like, **_cast_kwargs(since, attrs))]
+    return [_cast.cast_like_internal(x, like, **_cast_kwargs(since, attrs))]
 
   return cast_like_adapter
 
@@ -193,17 +354,17 @@ def _make_constant_of_shape(since: int) -> Adapt:
   def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _constant
 
-    value = attrs.get("value")
+    shape = np.asarray(inputs[0])  # 1-D: the shared rank rule checked it
+    value = attr(attrs, "value", None)
     if value is not None:
-      value = np.asarray(value)
       _check_type("ConstantOfShape", since, "T2", "`value`", _type_name(value))
-    return [_constant.constant_of_shape(np.asarray(inputs[0]).reshape(-1), value)]
+    return [_constant.constant_of_shape(shape, value)]
 
   return constant_of_shape_adapter
 
 
 for _v in (9, 20, 21, 23, 24, 25):
-  register("ConstantOfShape", _v, static_inputs=(0,))(_make_constant_of_shape(_v))
+  register("ConstantOfShape", _v, static_inputs=(0,), rank=exact_rank(1))(_make_constant_of_shape(_v))
 
 
 # --- Resize / Upsample --------------------------------------------------------------------------
@@ -337,7 +498,6 @@ def _average_pool(version: int) -> Adapt:
                        f"takes {sorted(allowed)}")
     if "kernel_shape" not in attrs:
       raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
-    _check_type("AveragePool", version, "T", "input", _type_name(inputs[0]))
     return [average_pool(
         inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
         pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
@@ -349,20 +509,19 @@ def _average_pool(version: int) -> Adapt:
 
 
 for _v in (1, 7, 10, 11, 19, 22):
-  register("AveragePool", _v)(_average_pool(_v))
+  register("AveragePool", _v, rank=pool_rank)(_average_pool(_v))
 
 
 def _global_average_pool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops._pool import global_average_pool
 
-    _check_type("GlobalAveragePool", version, "T", "input", _type_name(inputs[0]))
     return [global_average_pool(inputs[0])]
 
   return adapt
 
 
 for _v in (1, 22):
-  register("GlobalAveragePool", _v)(_global_average_pool(_v))
+  register("GlobalAveragePool", _v, rank=min_rank(2))(_global_average_pool(_v))
 
 

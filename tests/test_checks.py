@@ -1,0 +1,75 @@
+"""The shared argument helpers in jaxops._checks: one spelling of each check for every op."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxops import _checks
+
+
+@pytest.mark.parametrize("value, expected", [(True, True), (False, False), (0, False), (1, True),
+                                             (np.bool_(True), True), (np.int64(1), True)])
+def test_static_bool_accepts_bools_and_onnx_integers(value, expected):
+  assert _checks.static_bool("jaxops.op", "flag", value) is expected
+
+
+@pytest.mark.parametrize("value", [2, -1, 0.5, "yes", None, [1]])
+def test_static_bool_rejects_other_values_with_a_type_error(value):
+  with pytest.raises(TypeError, match=r"jaxops\.op: argument `flag` must be a bool"):
+    _checks.static_bool("jaxops.op", "flag", value)
+
+
+def test_static_bool_rejects_tracers():
+  def f(v):
+    return _checks.static_bool("jaxops.op", "flag", v)
+
+  with pytest.raises(TypeError, match=r"argument `flag` .*concrete under jax.jit.*traced"):
+    jax.jit(f)(True)
+
+
+def test_static_float():
+  assert _checks.static_float("jaxops.op", "a", np.float32(0.5)) == 0.5
+  assert _checks.static_float("jaxops.op", "a", 3) == 3.0
+  with pytest.raises(TypeError, match=r"jaxops\.op: argument `a` must be a float"):
+    _checks.static_float("jaxops.op", "a", "0.5")
+  with pytest.raises(TypeError, match=r"argument `a` must be a float"):
+    _checks.static_float("jaxops.op", "a", True)
+  with pytest.raises(ValueError, match=r"argument `a` must be a finite float"):
+    _checks.static_float("jaxops.op", "a", float("nan"))
+  assert np.isinf(_checks.static_float("jaxops.op", "a", float("inf"), finite=False))
+
+
+@pytest.mark.parametrize("dtype, expected", [(jnp.float16, np.float32), (jnp.bfloat16, np.float32),
+                                             (jnp.float32, np.float32), (jnp.float64, np.float64)])
+def test_compute_dtype(dtype, expected):
+  assert _checks.compute_dtype(dtype) == np.dtype(expected)
+
+
+def test_along_axis():
+  v = np.arange(3)
+  assert _checks.along_axis(v, 0, 1).shape == (3,)
+  assert _checks.along_axis(v, 1, 4).shape == (1, 3, 1, 1)
+  assert _checks.along_axis(v, 3, 4).shape == (1, 1, 1, 3)
+
+
+def test_check_output_size_names_op_shape_and_bytes():
+  # 2^40 float32 elements are 2^42 bytes (4 TiB): more than any machine here has. The product
+  # is taken over Python integers, so it cannot wrap around as an int32/int64 product would.
+  shape = (1, 1, 2**20, 2**20)
+  with pytest.raises(ValueError, match=r"jaxops\.resize: the output would have shape "
+                     r"\(1, 1, 1048576, 1048576\) and dtype float32: 1099511627776 elements, "
+                     r"4398046511104 bytes"):
+    _checks.check_output_size("jaxops.resize", shape, np.float32)
+  # Past the int64 range, too.
+  with pytest.raises(ValueError, match=r"\d{20,} bytes"):
+    _checks.check_output_size("jaxops.resize", (2**40, 2**40), np.float64)
+  _checks.check_output_size("jaxops.resize", (1024, 1024), np.float32)
+
+
+@pytest.mark.parametrize("value", [None, "abc", {"a": 1}, object(), 2**70, [[1, 2], [3]]])
+def test_as_array_names_op_and_argument(value):
+  with pytest.raises(TypeError, match=r"jaxops\.op: argument `img` must be an array of numbers"):
+    _checks.as_array(value, "jaxops.op", "img")
