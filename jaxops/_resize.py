@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -26,10 +27,10 @@ from jax.typing import ArrayLike
 from jaxops import _checks
 from jaxops import _resize_kernel
 
-_OP = "resize"
+_OP = "jaxops.resize"
 
 
-class Mode(_checks.StrEnum):
+class _Mode(_checks.StrEnum):
   """Interpolation mode."""
 
   NEAREST = "nearest"
@@ -37,7 +38,7 @@ class Mode(_checks.StrEnum):
   CUBIC = "cubic"
 
 
-class CoordinateTransformationMode(_checks.StrEnum):
+class _Coord(_checks.StrEnum):
   """How an output coordinate maps to an input coordinate (one axis at a time)."""
 
   HALF_PIXEL = "half_pixel"
@@ -49,7 +50,7 @@ class CoordinateTransformationMode(_checks.StrEnum):
   TF_HALF_PIXEL_FOR_NN = "tf_half_pixel_for_nn"  # Resize-11 only (removed in Resize-13)
 
 
-class NearestMode(_checks.StrEnum):
+class _NearestMode(_checks.StrEnum):
   """How mode="nearest" rounds a fractional source coordinate."""
 
   ROUND_PREFER_FLOOR = "round_prefer_floor"
@@ -58,7 +59,7 @@ class NearestMode(_checks.StrEnum):
   CEIL = "ceil"
 
 
-class KeepAspectRatioPolicy(_checks.StrEnum):
+class _KeepAspectRatioPolicy(_checks.StrEnum):
   """How ``sizes`` is read (Resize-18+)."""
 
   STRETCH = "stretch"
@@ -84,9 +85,9 @@ class _Axis:
 class _Config:
   plans: tuple[_Axis, ...]
   out_shape: tuple[int, ...]
-  mode: Mode
-  coord: CoordinateTransformationMode
-  nearest: NearestMode
+  mode: _Mode
+  coord: _Coord
+  nearest: _NearestMode
   cubic_coeff_a: float
   exclude_outside: bool
   extrapolation_value: float
@@ -94,13 +95,13 @@ class _Config:
   resize10: bool
 
 
-def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLike | None = None,
-           axes: Any = None, mode: str = "nearest",
+def resize(x: ArrayLike, *, sizes: Sequence[int] | None = None,
+           scales: Sequence[float] | None = None, roi: ArrayLike | None = None,
+           axes: Sequence[int] | None = None, mode: str = "nearest",
            coordinate_transformation_mode: str = "half_pixel",
            nearest_mode: str = "round_prefer_floor", cubic_coeff_a: float = -0.75,
            exclude_outside: bool = False, extrapolation_value: float = 0.0,
-           keep_aspect_ratio_policy: str = "stretch", antialias: bool = False,
-           _resize10: bool = False) -> jax.Array:
+           keep_aspect_ratio_policy: str = "stretch", antialias: bool = False) -> jax.Array:
   """Resizes ``x`` as ONNX Resize-19 does: nearest, N-linear or N-cubic, on any axes.
 
   Each resized axis is resampled separately. For output index ``x_resized`` on an axis of input
@@ -167,9 +168,6 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
     extrapolation_value: the output value outside the roi's valid range (tf_crop_and_resize).
     keep_aspect_ratio_policy: "stretch", "not_larger" or "not_smaller" (``sizes`` only).
     antialias: widen the linear/cubic kernel when downsampling.
-    _resize10: private; Resize-10/Upsample-7/9 as onnxruntime runs them: asymmetric
-      coordinates computed in float32, and mode="nearest" rounds down (truncates) on an axis
-      whose scale is >= 1 and up (ceil) on an axis whose scale is < 1.
 
   Returns:
     The resized array, of ``x``'s dtype. float16/bfloat16 compute in float32; integer inputs
@@ -195,10 +193,31 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
     ...               coordinate_transformation_mode="tf_crop_and_resize").tolist()
     [0.75, 2.25]
   """
+  return resize_impl(x, sizes=sizes, scales=scales, roi=roi, axes=axes, mode=mode,
+                     coordinate_transformation_mode=coordinate_transformation_mode,
+                     nearest_mode=nearest_mode, cubic_coeff_a=cubic_coeff_a,
+                     exclude_outside=exclude_outside, extrapolation_value=extrapolation_value,
+                     keep_aspect_ratio_policy=keep_aspect_ratio_policy, antialias=antialias)
+
+
+def resize_impl(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: Any = None,
+                axes: Any = None, mode: Any = "nearest",
+                coordinate_transformation_mode: Any = "half_pixel",
+                nearest_mode: Any = "round_prefer_floor", cubic_coeff_a: Any = -0.75,
+                exclude_outside: Any = False, extrapolation_value: Any = 0.0,
+                keep_aspect_ratio_policy: Any = "stretch", antialias: Any = False,
+                legacy_resize10: bool = False) -> jax.Array:
+  """``resize``, plus the behaviour of the versions that no attribute of Resize-19 expresses.
+
+  The ONNX front end (jaxops/onnx/_registry.py) calls this. Arguments as ``resize``, and
+  ``legacy_resize10``: Resize-10 and Upsample-7/9/10 as onnxruntime runs them: asymmetric
+  coordinates computed in float32, and mode="nearest" rounds down (truncates) on an axis whose
+  scale is >= 1 and up (ceil) on an axis whose scale is < 1.
+  """
   x = _checks.as_array(x)
   static = (sizes, scales, roi, axes, mode, coordinate_transformation_mode, nearest_mode,
             cubic_coeff_a, exclude_outside, extrapolation_value, keep_aspect_ratio_policy,
-            antialias, _resize10)
+            antialias, legacy_resize10)
   # A traced roi (or a jax.Array one) has no key: its configuration is built on every call.
   cfg, roi_traced = _CONFIGS(_checks.cache_key(x.shape, x.dtype, *static), x, *static)
   return _resize_jit(x, roi_traced, cfg)
@@ -207,78 +226,24 @@ def resize(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: ArrayLik
 def _config(x: jax.Array, sizes: Any, scales: Any, roi: Any, axes: Any, mode: Any,
             coordinate_transformation_mode: Any, nearest_mode: Any, cubic_coeff_a: Any,
             exclude_outside: Any, extrapolation_value: Any, keep_aspect_ratio_policy: Any,
-            antialias: Any, _resize10: Any) -> tuple[_Config, jax.Array | None]:
+            antialias: Any, legacy_resize10: Any) -> tuple[_Config, jax.Array | None]:
   """Checks resize()'s arguments; its static configuration, and the roi if it is traced."""
-  m = Mode.from_string(_OP, "mode", mode)
-  coord = CoordinateTransformationMode.from_string(_OP, "coordinate_transformation_mode",
-                                                   coordinate_transformation_mode)
-  nearest = NearestMode.from_string(_OP, "nearest_mode", nearest_mode)
-  policy = KeepAspectRatioPolicy.from_string(_OP, "keep_aspect_ratio_policy",
-                                             keep_aspect_ratio_policy)
-  a = _float_option("cubic_coeff_a", cubic_coeff_a)
-  extrap = _float_option("extrapolation_value", extrapolation_value)
-  antialias = _bool_option("antialias", antialias)
-  exclude_outside = _bool_option("exclude_outside", exclude_outside)
-  if antialias and m is Mode.NEAREST:
-    raise _checks.value_error(_OP, "antialias", antialias,
-                              'False with mode="nearest" (antialias applies to linear and cubic)')
-  rank = x.ndim
-  if rank == 0:
-    raise _checks.value_error(_OP, "x", x, "an array of rank >= 1")
-  if axes is None:
-    ax = tuple(range(rank))
-  else:
-    ax = _checks.normalize_axes(_OP, "axes", _checks.int_tuple(_OP, "axes", axes), rank)
+  opts = _parse_options(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
+                        exclude_outside, extrapolation_value, keep_aspect_ratio_policy, antialias)
+  ax = _resized_axes(x, axes)
   if (sizes is None) == (scales is None):
     raise ValueError(f"{_OP}: exactly one of `sizes` and `scales` must be given; got "
                      f"{'both' if sizes is not None else 'neither'}")
   shape = tuple(int(d) for d in x.shape)
-  plans_all = _plan(shape, ax, sizes, scales, policy)
-
-  roi_static: np.ndarray | None = None
-  roi_traced: jax.Array | None = None
-  if coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
-    if roi is None:  # the full box, as onnx.reference and onnxruntime take a missing roi
-      roi = [0.0] * len(ax) + [1.0] * len(ax)
-    if _checks.is_traced(roi):
-      roi_traced = jnp.asarray(roi)
-      if roi_traced.shape != (2 * len(ax),):
-        raise _checks.value_error(_OP, "roi", roi, f"a 1-D array of {2 * len(ax)} values "
-                                  f"(starts then ends of the {len(ax)} resized axes)")
-      if not jnp.issubdtype(roi_traced.dtype, jnp.floating):
-        roi_traced = roi_traced.astype(jnp.result_type(float))
-    else:
-      roi_static = np.asarray(roi, dtype=np.float64)
-      if roi_static.shape != (2 * len(ax),):
-        raise _checks.value_error(_OP, "roi", roi, f"a 1-D array of {2 * len(ax)} values "
-                                  f"(starts then ends of the {len(ax)} resized axes)")
-
-  plans = []
-  n = len(ax)
-  for p in plans_all:
-    r = None
-    if roi_static is not None:
-      r = (float(roi_static[p.slot]), float(roi_static[n + p.slot]))
-    p = dataclasses.replace(p, roi=r)
-    if roi_traced is None and _is_identity(p, coord):
-      continue
-    plans.append(p)
-  out_shape = list(shape)
-  for p in plans_all:
-    out_shape[p.axis] = p.out_len
-  # Options a mode does not read are canonicalised, so that they do not split the jit cache.
-  if m is not Mode.NEAREST:
-    nearest = NearestMode.ROUND_PREFER_FLOOR
-  if m is not Mode.CUBIC:
-    a = -0.75
-  if m is Mode.NEAREST:
-    exclude_outside = False
-  if coord is not CoordinateTransformationMode.TF_CROP_AND_RESIZE:
-    extrap = 0.0
-  cfg = _Config(tuple(plans), tuple(out_shape), m, coord, nearest, a, exclude_outside, extrap,
-                antialias, bool(_resize10))
-  _check_dtype(x.dtype, m)
-  return cfg, roi_traced
+  plans = _plan(shape, ax, sizes, scales, opts.policy)
+  roi_static, roi_traced = _roi(roi, opts.coord, len(ax))
+  plans = _with_roi(plans, roi_static)
+  out_shape = _output_shape(shape, plans)
+  _checks.check_output_size(_OP, out_shape, x.dtype)
+  if roi_traced is None:  # a traced roi may move any axis, even one of scale 1
+    plans = [p for p in plans if not _is_identity(p, opts.coord)]
+  _check_dtype(x.dtype, opts.mode)
+  return _canonical_config(opts, tuple(plans), out_shape, bool(legacy_resize10)), roi_traced
 
 
 # Eager calls with a configuration seen before (same shape, dtype and static arguments) skip the
@@ -286,28 +251,103 @@ def _config(x: jax.Array, sizes: Any, scales: Any, roi: Any, axes: Any, mode: An
 _CONFIGS = _checks.ConfigCache(_config)
 
 
-def _float_option(arg: str, value: Any) -> float:
-  if _checks.is_traced(value):
-    raise _checks.type_error(_OP, arg, value, "a Python or NumPy float (it is static)")
-  try:
-    out = float(value)
-  except (TypeError, ValueError):
-    raise _checks.type_error(_OP, arg, value, "a float") from None
-  if not math.isfinite(out):
-    raise _checks.value_error(_OP, arg, value, "a finite float")
-  return out
+@dataclasses.dataclass(frozen=True)
+class _Options:
+  """resize()'s mode strings and scalar options, checked."""
+
+  mode: _Mode
+  coord: _Coord
+  nearest: _NearestMode
+  policy: _KeepAspectRatioPolicy
+  cubic_coeff_a: float
+  exclude_outside: bool
+  extrapolation_value: float
+  antialias: bool
 
 
-def _bool_option(arg: str, value: Any) -> bool:
-  if _checks.is_traced(value):
-    raise _checks.type_error(_OP, arg, value, "a Python bool or 0/1 (it is static)")
-  if isinstance(value, (bool, np.bool_)) or value in (0, 1):
-    return bool(value)
-  raise _checks.value_error(_OP, arg, value, "a bool (or 0/1)")
+def _parse_options(mode: Any, coord: Any, nearest_mode: Any, cubic_coeff_a: Any,
+                   exclude_outside: Any, extrapolation_value: Any, policy: Any,
+                   antialias: Any) -> _Options:
+  """Step 1: the mode strings as enums, the scalar options as Python values."""
+  m = _Mode.from_string(_OP, "mode", mode)
+  opts = _Options(
+      mode=m,
+      coord=_Coord.from_string(_OP, "coordinate_transformation_mode", coord),
+      nearest=_NearestMode.from_string(_OP, "nearest_mode", nearest_mode),
+      policy=_KeepAspectRatioPolicy.from_string(_OP, "keep_aspect_ratio_policy", policy),
+      cubic_coeff_a=_checks.static_float(_OP, "cubic_coeff_a", cubic_coeff_a),
+      exclude_outside=_checks.static_bool(_OP, "exclude_outside", exclude_outside),
+      extrapolation_value=_checks.static_float(_OP, "extrapolation_value", extrapolation_value),
+      antialias=_checks.static_bool(_OP, "antialias", antialias))
+  if opts.antialias and m is _Mode.NEAREST:
+    raise _checks.value_error(_OP, "antialias", antialias,
+                              'False with mode="nearest" (antialias applies to linear and cubic)')
+  return opts
 
 
-def _check_dtype(dtype: Any, mode: Mode) -> None:
-  if mode is Mode.NEAREST:
+def _resized_axes(x: jax.Array, axes: Any) -> tuple[int, ...]:
+  """Step 2: the axes that sizes/scales/roi refer to, normalised (default: all)."""
+  if x.ndim == 0:
+    raise _checks.value_error(_OP, "x", x, "an array of rank >= 1")
+  if axes is None:
+    return tuple(range(x.ndim))
+  return _checks.normalize_axes(_OP, "axes", _checks.int_tuple(_OP, "axes", axes), x.ndim)
+
+
+def _roi(roi: Any, coord: _Coord, n: int) -> tuple[np.ndarray | None, jax.Array | None]:
+  """Step 4: (static roi, traced roi), at most one of them; both None unless tf_crop_and_resize.
+
+  A missing roi is the full box, as onnx.reference and onnxruntime read it.
+  """
+  if coord is not _Coord.TF_CROP_AND_RESIZE:
+    return None, None
+  if roi is None:
+    roi = [0.0] * n + [1.0] * n
+  traced = _checks.is_traced(roi)
+  arr = jnp.asarray(roi) if traced else np.asarray(roi, dtype=np.float64)
+  if arr.shape != (2 * n,):
+    raise _checks.value_error(_OP, "roi", roi, f"a 1-D array of {2 * n} values (starts then "
+                              f"ends of the {n} resized axes)")
+  if not traced:
+    return arr, None
+  if not jnp.issubdtype(arr.dtype, jnp.floating):
+    arr = arr.astype(jnp.result_type(float))
+  return None, arr
+
+
+def _with_roi(plans: list[_Axis], roi: np.ndarray | None) -> list[_Axis]:
+  """Step 5: each axis' (start, end) from a static roi."""
+  if roi is None:
+    return plans
+  n = roi.size // 2
+  return [dataclasses.replace(p, roi=(float(roi[p.slot]), float(roi[n + p.slot]))) for p in plans]
+
+
+def _output_shape(shape: tuple[int, ...], plans: list[_Axis]) -> tuple[int, ...]:
+  """Step 6: the output shape (every planned axis, identity or not)."""
+  out = list(shape)
+  for p in plans:
+    out[p.axis] = p.out_len
+  return tuple(out)
+
+
+def _canonical_config(opts: _Options, plans: tuple[_Axis, ...], out_shape: tuple[int, ...],
+                      legacy_resize10: bool) -> _Config:
+  """Step 8: the hashable configuration; options a mode does not read take one value, so that
+  they do not split the jit cache."""
+  nearest = opts.mode is _Mode.NEAREST
+  crop = opts.coord is _Coord.TF_CROP_AND_RESIZE
+  return _Config(
+      plans, out_shape, opts.mode, opts.coord,
+      opts.nearest if nearest else _NearestMode.ROUND_PREFER_FLOOR,
+      opts.cubic_coeff_a if opts.mode is _Mode.CUBIC else -0.75,
+      opts.exclude_outside and not nearest,
+      opts.extrapolation_value if crop else 0.0,
+      opts.antialias, legacy_resize10)
+
+
+def _check_dtype(dtype: Any, mode: _Mode) -> None:
+  if mode is _Mode.NEAREST:
     return
   if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)) or (
       dtype == jnp.bool_):
@@ -316,8 +356,9 @@ def _check_dtype(dtype: Any, mode: Mode) -> None:
 
 
 def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any,
-          policy: KeepAspectRatioPolicy) -> list[_Axis]:
-  """Output length, scale and target lengths of every axis in ``axes`` (spec + reference)."""
+          policy: _KeepAspectRatioPolicy) -> list[_Axis]:
+  """Step 3: output length, scale and target lengths of every axis in ``axes`` (spec +
+  reference)."""
   n = len(axes)
   plans = []
   if scales is not None:
@@ -342,12 +383,12 @@ def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any
     if shape[d] == 0 and size[i] != 0:
       raise _checks.value_error(_OP, "sizes", sizes, f"0 on axis {d}, whose input length is 0")
   ratios = [size[i] / shape[d] if shape[d] else 1.0 for i, d in enumerate(axes)]
-  if policy is KeepAspectRatioPolicy.STRETCH:
+  if policy is _KeepAspectRatioPolicy.STRETCH:
     for i, d in enumerate(axes):
       plans.append(_Axis(d, i, shape[d], size[i], ratios[i], float(size[i]), float(size[i]),
                          None))
     return plans
-  scale = min(ratios) if policy is KeepAspectRatioPolicy.NOT_LARGER else max(ratios)
+  scale = min(ratios) if policy is _KeepAspectRatioPolicy.NOT_LARGER else max(ratios)
   for i, d in enumerate(axes):
     target = scale * shape[d]
     out = int(math.floor(target + 0.5))
@@ -355,8 +396,8 @@ def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any
   return plans
 
 
-def _is_identity(p: _Axis, coord: CoordinateTransformationMode) -> bool:
-  """Whether an axis is left unchanged: same length, scale 1 (and the full roi box).
+def _is_identity(p: _Axis, coord: _Coord) -> bool:
+  """Step 7: whether an axis is left unchanged: same length, scale 1 (and the full roi box).
 
   tf_half_pixel_for_nn's ``(x + 0.5) / 1`` would shift an axis with scale 1 by half a pixel
   (one pixel with nearest_mode ceil); the axis is kept unchanged, as onnxruntime does and as
@@ -364,7 +405,7 @@ def _is_identity(p: _Axis, coord: CoordinateTransformationMode) -> bool:
   """
   if p.out_len != p.in_len or p.scale != 1.0:
     return False
-  if coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
+  if coord is _Coord.TF_CROP_AND_RESIZE:
     return p.roi == (0.0, 1.0)
   return True
 
@@ -372,11 +413,11 @@ def _is_identity(p: _Axis, coord: CoordinateTransformationMode) -> bool:
 # --- tables -------------------------------------------------------------------------------------
 
 
-def _coords(xp: Any, p: _Axis, coord: CoordinateTransformationMode, y: Any,
+def _coords(xp: Any, p: _Axis, coord: _Coord, y: Any,
             roi: tuple[Any, Any] | None) -> Any:
   """x_original for output indices ``y`` (float array), as the specification writes it."""
   s, n_in = p.scale, p.in_len
-  C = CoordinateTransformationMode
+  C = _Coord
   if coord is C.HALF_PIXEL:
     return (y + 0.5) / s - 0.5
   if coord is C.HALF_PIXEL_SYMMETRIC:
@@ -402,20 +443,20 @@ def _coords(xp: Any, p: _Axis, coord: CoordinateTransformationMode, y: Any,
   return y * 0.0 + 0.5 * (start + end) * (n_in - 1)
 
 
-def _num_taps(mode: Mode, scale: float, antialias: bool) -> tuple[int, float]:
+def _num_taps(mode: _Mode, scale: float, antialias: bool) -> tuple[int, float]:
   """(K, kernel scale): taps per output and the factor applied to distances."""
-  if mode is Mode.NEAREST:
+  if mode is _Mode.NEAREST:
     return 1, 1.0
   if antialias and scale < 1:
-    support = 1 if mode is Mode.LINEAR else 2
+    support = 1 if mode is _Mode.LINEAR else 2
     start = int(np.floor(-support / scale) + 1)
     return 2 - 2 * start, scale
-  return (2 if mode is Mode.LINEAR else 4), 1.0
+  return (2 if mode is _Mode.LINEAR else 4), 1.0
 
 
-def _kernel(xp: Any, mode: Mode, t: Any, a: float) -> Any:
+def _kernel(xp: Any, mode: _Mode, t: Any, a: float) -> Any:
   t = xp.abs(t)
-  if mode is Mode.LINEAR:
+  if mode is _Mode.LINEAR:
     return xp.maximum(1 - t, 0.0)
   t2, t3 = t * t, t * t * t
   near = (a + 2) * t3 - (a + 3) * t2 + 1
@@ -427,25 +468,25 @@ def _taps(xp: Any, cfg: _Config, p: _Axis, x_ori: Any) -> tuple[Any, Any, Any]:
   """(indices (out, K) clamped into the input, weights (out, K), extrapolated mask or None)."""
   n_in = p.in_len
   mask = None
-  if cfg.coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
+  if cfg.coord is _Coord.TF_CROP_AND_RESIZE:
     mask = (x_ori < 0) | (x_ori > n_in - 1)
   c = xp.ceil(x_ori)
   r = x_ori - (c - 1)  # in (0, 1]: the reference prefers the left pixel at integers
-  if cfg.mode is Mode.NEAREST:
+  if cfg.mode is _Mode.NEAREST:
     if cfg.resize10:
       idx = xp.ceil(x_ori) if p.scale < 1 else xp.trunc(x_ori)
     else:
       nm = cfg.nearest
-      if nm is NearestMode.ROUND_PREFER_FLOOR:
+      if nm is _NearestMode.ROUND_PREFER_FLOOR:
         up = r > 0.5
-      elif nm is NearestMode.ROUND_PREFER_CEIL:
+      elif nm is _NearestMode.ROUND_PREFER_CEIL:
         up = r >= 0.5
-      elif nm is NearestMode.FLOOR:
+      elif nm is _NearestMode.FLOOR:
         up = r == 1
       else:
         up = r > 0
       idx = xp.where(up, c, c - 1)
-    idx = xp.clip(idx, 0, n_in - 1).astype(np.int32)[:, None]
+    idx = xp.clip(idx, 0, n_in - 1).astype(_index_dtype(n_in))[:, None]
     w = xp.ones(idx.shape, x_ori.dtype)
     return idx, w, mask
   k, kscale = _num_taps(cfg.mode, p.scale, cfg.antialias)
@@ -459,8 +500,14 @@ def _taps(xp: Any, cfg: _Config, p: _Axis, x_ori: Any) -> tuple[Any, Any, Any]:
     w = xp.where((taps < 0) | (taps > n_in - 1), 0.0, w)
     total = xp.sum(w, axis=1, keepdims=True)
     w = w / xp.where(total == 0, 1.0, total)
-  idx = xp.clip(taps, 0, n_in - 1).astype(np.int32)
+  idx = xp.clip(taps, 0, n_in - 1).astype(_index_dtype(n_in))
   return idx, w, mask
+
+
+def _index_dtype(n_in: int) -> Any:
+  """Tap indices are positions along one axis (gathers run one axis at a time, and no flat
+  index into the whole array is ever formed): int32 unless the axis itself is longer."""
+  return np.int32 if n_in <= np.iinfo(np.int32).max else np.int64
 
 
 @functools.lru_cache(maxsize=512)
@@ -482,11 +529,11 @@ def _static_table(cfg: _Config, p: _Axis) -> tuple[np.ndarray, np.ndarray, np.nd
 # --- device work --------------------------------------------------------------------------------
 
 
-def _compute_dtype(dtype: Any) -> Any:
-  if dtype in (jnp.float16, jnp.bfloat16):
-    return jnp.float32
+def _interp_dtype(dtype: Any) -> Any:
+  """The dtype linear/cubic passes compute in: ``_checks.compute_dtype`` for floating types;
+  float32 for integers of up to 16 bits, the default float type for wider ones."""
   if jnp.issubdtype(dtype, jnp.floating):
-    return dtype
+    return _checks.compute_dtype(dtype)
   if np.dtype(dtype).itemsize <= 2:
     return jnp.float32
   return jnp.result_type(float)  # float64 with x64 enabled, else float32
@@ -497,8 +544,8 @@ def _resize_jit(x: jax.Array, roi: jax.Array | None, cfg: _Config) -> jax.Array:
   if any(d == 0 for d in cfg.out_shape) or x.size == 0:
     return jnp.zeros(cfg.out_shape, x.dtype)
   in_dtype = x.dtype
-  nearest = cfg.mode is Mode.NEAREST
-  y = x if nearest else x.astype(_compute_dtype(in_dtype))
+  nearest = cfg.mode is _Mode.NEAREST
+  y = x if nearest else x.astype(_interp_dtype(in_dtype))
   if roi is None:
     y = _static_passes(y, cfg)
   else:
@@ -551,8 +598,7 @@ def _static_passes(y: jax.Array, cfg: _Config) -> jax.Array:
 
 
 def _extrapolate(y: jax.Array, axis: int, mask: Any, value: float) -> jax.Array:
-  shape = (1,) * axis + (-1,) + (1,) * (y.ndim - axis - 1)
-  m = jnp.reshape(jnp.asarray(mask), shape)
+  m = _checks.along_axis(jnp.asarray(mask), axis, y.ndim)
   return jnp.where(m, _fill_value(value, y.dtype), y)
 
 
@@ -569,7 +615,7 @@ def _fill_value(value: float, dtype: Any) -> Any:
 def _traced_pass(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array) -> jax.Array:
   """One axis with a traced roi: tables from jnp, a take-and-sum gather (grads reach roi)."""
   idx, w, mask = _traced_table(cfg, p, roi)
-  if cfg.mode is Mode.NEAREST:
+  if cfg.mode is _Mode.NEAREST:
     y = jnp.take(y, idx[:, 0], axis=p.axis, mode="clip")
   else:
     out, k = idx.shape

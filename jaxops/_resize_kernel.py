@@ -61,11 +61,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from jaxops import _taps_table
-from jaxops._checks import type_error, value_error
+from jaxops._checks import along_axis, compute_dtype, type_error, value_error
 from jaxops._taps_table import Phases, Table
 
-_OP = "resize"
-_HALF = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+_OP = "jaxops.resize"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,10 +121,6 @@ def _phase_sum(x: jax.Array, t: Table, ph: Phases, barrier: bool) -> jax.Array:
 # Device plans (what the lowering emits).
 
 
-def _compute_dtype(dtype: np.dtype) -> np.dtype:
-  return np.dtype(np.float32) if dtype in _HALF else dtype
-
-
 def _gather_sum(x: jax.Array, axis: int, idx: np.ndarray, w: Any) -> jax.Array:
   """sum_k w[:, k] * take(x, idx[:, k], axis): one fused loop, one take per tap column.
 
@@ -133,7 +128,6 @@ def _gather_sum(x: jax.Array, axis: int, idx: np.ndarray, w: Any) -> jax.Array:
   already the compute dtype).
   """
   out, k = idx.shape
-  bshape = (1,) * axis + (out,) + (1,) * (x.ndim - axis - 1)
   y = None
   for c in range(k):
     col = w[:, c]
@@ -143,7 +137,7 @@ def _gather_sum(x: jax.Array, axis: int, idx: np.ndarray, w: Any) -> jax.Array:
     if np.all(col == 1.0):
       term = taps
     else:
-      term = taps * jnp.asarray(col, x.dtype).reshape(bshape)
+      term = taps * along_axis(jnp.asarray(col, x.dtype), axis, x.ndim)
     y = term if y is None else y + term
   if y is None:
     shape = list(x.shape)
@@ -203,7 +197,7 @@ def _static_impl(x: jax.Array, *, axis: int, table: Table,
                  barrier: tuple[bool, bool]) -> jax.Array:
   """The device computation of ``_taps_p`` (used for lowering and eager impl)."""
   dtype = x.dtype
-  xc = x if table.copy else x.astype(_compute_dtype(dtype))
+  xc = x if table.copy else x.astype(compute_dtype(dtype))
   ph = table.phases() if axis == x.ndim - 1 else None
   if ph is not None:
     y = _phase_sum(xc, table, ph, barrier[0])

@@ -450,3 +450,38 @@ def test_deviation_infinity_is_kept():
     ref = _reference(dict(mode="nearest", coordinate_transformation_mode="asymmetric"), x,
                      scales=np.array([2.0], np.float32))
   assert np.isnan(ref[0]) and ref[1] == np.finfo(np.float32).max
+
+
+# --- output size and index arithmetic -----------------------------------------------------------
+
+
+def test_output_too_big_is_refused_before_allocation():
+  # 2**20 x 2**20 float32: 2**40 elements, 2**42 bytes, more than any device here holds. The
+  # check runs on the static configuration, eagerly and while tracing under jit.
+  x = jnp.ones((2, 2), jnp.float32)
+  match = (r"jaxops.resize: the output would have shape \(1048576, 1048576\) and dtype float32: "
+           r"1099511627776 elements, 4398046511104 bytes")
+  with pytest.raises(ValueError, match=match):
+    jaxops.resize(x, sizes=[2**20, 2**20])
+  with pytest.raises(ValueError, match=match):
+    jax.jit(lambda v: jaxops.resize(v, scales=[2.0**19, 2.0**19], mode="linear"))(x)
+
+
+def test_gathers_index_one_axis_at_a_time():
+  # Index arithmetic past 2**31 elements: every gather of the lowered program takes a 1-D index
+  # vector (per-axis positions, each below its axis' length), never a flat index into the whole
+  # array, so no index grows with the array's size; int32 suffices unless one axis is longer
+  # than 2**31 - 1 (then the tables are int64: _resize._index_dtype; the kernel's tables are int64).
+  import re
+
+  x = jnp.ones((3, 40, 50), jnp.float32)
+  for kw in (dict(mode="nearest"), dict(mode="linear"), dict(mode="cubic", antialias=True)):
+    text = jax.jit(lambda v, kw=kw: jaxops.resize(v, sizes=[37, 61], axes=[1, 2], **kw)).lower(
+        x).as_text()
+    gathers = re.findall(r'"?stablehlo\.gather"?.*?:\s*\(tensor<([0-9x]+)x\w+>, tensor<([0-9x]+)x'
+                         r'(i\d+)>\)', text)
+    assert gathers, "no gather found"
+    for _, idx_shape, idx_type in gathers:
+      dims = [int(d) for d in idx_shape.split("x")]
+      assert idx_type in ("i32", "i64") and dims[0] <= 61 and len(dims) <= 2, (idx_shape, idx_type)
+  assert _resize._index_dtype(2**31 - 1) == np.int32 and _resize._index_dtype(2**31) == np.int64

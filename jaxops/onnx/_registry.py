@@ -26,6 +26,7 @@ import onnx.defs
 import onnx.helper
 
 from jaxops import _dtypes
+from jaxops._resize import resize_impl
 
 Adapt = Callable[[list[Any], dict[str, Any]], list[Any]]
 # A rank rule: (inputs, attrs) -> None when the ranks are valid, else (input index, what is wrong).
@@ -368,11 +369,12 @@ for _v in (9, 20, 21, 23, 24, 25):
 
 
 # --- Resize / Upsample --------------------------------------------------------------------------
-# Resize-10 and Upsample-7/9(/10) run as onnxruntime runs them (asymmetric coordinates; nearest
-# rounds down on upsampled axes and up on downsampled ones): the private `_resize10` keyword.
+# Resize-10 and Upsample-7/9/10 run as onnxruntime runs them (asymmetric coordinates; nearest
+# rounds down on upsampled axes and up on downsampled ones): resize_impl's `legacy_resize10`.
 # Resize-11+ map their attributes onto jaxops.resize. scales/sizes decide the output shape, so
 # they are static; roi is not: an initializer or Constant roi arrives as NumPy (static tables),
-# a graph input is traced (the jnp table path).
+# a graph input is traced (the jnp table path). Absent attributes take their defaults through
+# dict.get.
 
 _RESIZE_COORD_MODES = {
     11: ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -386,81 +388,67 @@ _RESIZE_COORD_MODES = {
 
 def _optional(value: Any) -> Any:
   """None for an omitted or empty optional tensor input."""
-  if value is None:
-    return None
-  if isinstance(value, np.ndarray) and value.size == 0:
-    return None
-  if getattr(value, "size", 1) == 0:
+  if value is None or getattr(value, "size", 1) == 0:
     return None
   return value
 
 
-def _upsample_like(op: str, version: int, x: Any, scales: Any, mode: str,
-                   check_ge_1: bool) -> list[Any]:
-  from jaxops import _resize
-
-  if mode not in ("nearest", "linear"):
-    raise ValueError(f"{op}-{version}: attribute `mode` must be 'nearest' or 'linear'; got "
-                     f"{mode!r}")
-  s = np.asarray(scales, dtype=np.float32).reshape(-1)
-  if check_ge_1 and np.any(s < 1):
-    raise ValueError(f"{op}-{version}: `scales` must be >= 1 (Upsample only upsamples); got "
-                     f"{s.tolist()}")
-  return [_resize.resize(x, scales=s, mode=mode, coordinate_transformation_mode="asymmetric",
-                         _resize10=True)]
+# The legacy versions: (op_type, version) -> (where `scales` comes from, whether it must be >= 1).
+# Upsample-7 has a `scales` attribute; Upsample-9/10 and Resize-10 a static input 1. Upsample-10
+# is deprecated: the same node as Resize-10.
+_LEGACY = {("Upsample", 7): ("attribute", True), ("Upsample", 9): ("input", True),
+           ("Upsample", 10): ("input", False), ("Resize", 10): ("input", False)}
 
 
-@register("Upsample", 7)
-def _upsample_7(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-  return _upsample_like("Upsample", 7, inputs[0], attrs["scales"], attr(attrs, "mode", "nearest"),
-                        True)
+def _legacy(op: str, version: int) -> Adapt:
+  source, upsample_only = _LEGACY[(op, version)]
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    mode = attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+      raise ValueError(f"{op}-{version}: attribute `mode` must be 'nearest' or 'linear'; got "
+                       f"{mode!r}")
+    scales = attrs.get("scales") if source == "attribute" else inputs[1]
+    if scales is None:
+      raise ValueError(f"{op}-{version}: needs `scales` (the {source})")
+    s = np.asarray(scales, dtype=np.float32).reshape(-1)
+    if upsample_only and np.any(s < 1):
+      raise ValueError(f"{op}-{version}: `scales` must be >= 1 (Upsample only upsamples); got "
+                       f"{s.tolist()}")
+    return [resize_impl(inputs[0], scales=s, mode=mode,
+                        coordinate_transformation_mode="asymmetric", legacy_resize10=True)]
+
+  return adapt
 
 
-@register("Upsample", 9, static_inputs=(1,))
-def _upsample_9(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-  return _upsample_like("Upsample", 9, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
-                        True)
-
-
-@register("Resize", 10, static_inputs=(1,))
-def _resize_10(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-  return _upsample_like("Resize", 10, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
-                        False)
-
-
-@register("Upsample", 10, static_inputs=(1,))
-def _upsample_10(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-  # Upsample-10 is deprecated: the same node as Resize-10.
-  return _upsample_like("Upsample", 10, inputs[0], inputs[1], attr(attrs, "mode", "nearest"),
-                        False)
+for (_op, _v), (_source, _) in _LEGACY.items():
+  register(_op, _v, static_inputs=() if _source == "attribute" else (1,))(_legacy(_op, _v))
 
 
 def _resize_n(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops import _resize
-
     inputs = list(inputs) + [None] * (4 - len(inputs))
     x, roi, scales, sizes = inputs[:4]
-    coord = attr(attrs, "coordinate_transformation_mode", "half_pixel")
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
     if coord not in _RESIZE_COORD_MODES[version]:
       raise ValueError(f"Resize-{version}: attribute `coordinate_transformation_mode` must be "
                        f"one of {_RESIZE_COORD_MODES[version]}; got {coord!r}")
     scales, sizes = _optional(scales), _optional(sizes)
     kwargs: dict[str, Any] = {}
     if version >= 18:
-      kwargs["antialias"] = bool(attr(attrs, "antialias", 0))
-      kwargs["keep_aspect_ratio_policy"] = attr(attrs, "keep_aspect_ratio_policy", "stretch")
+      kwargs["antialias"] = bool(attrs.get("antialias", 0))
+      kwargs["keep_aspect_ratio_policy"] = attrs.get("keep_aspect_ratio_policy", "stretch")
       if "axes" in attrs:
         kwargs["axes"] = tuple(int(a) for a in attrs["axes"])
     roi = _optional(roi) if coord == "tf_crop_and_resize" else None
-    y = _resize.resize(
+    y = resize_impl(
         x, sizes=None if sizes is None else np.asarray(sizes).reshape(-1),
         scales=None if scales is None else np.asarray(scales, np.float32).reshape(-1),
-        roi=roi, mode=attr(attrs, "mode", "nearest"), coordinate_transformation_mode=coord,
-        nearest_mode=attr(attrs, "nearest_mode", "round_prefer_floor"),
-        cubic_coeff_a=attr(attrs, "cubic_coeff_a", -0.75),
-        exclude_outside=bool(attr(attrs, "exclude_outside", 0)),
-        extrapolation_value=attr(attrs, "extrapolation_value", 0.0), **kwargs)
+        roi=roi, mode=attrs.get("mode", "nearest"), coordinate_transformation_mode=coord,
+        nearest_mode=attrs.get("nearest_mode", "round_prefer_floor"),
+        cubic_coeff_a=attrs.get("cubic_coeff_a", -0.75),
+        exclude_outside=bool(attrs.get("exclude_outside", 0)),
+        extrapolation_value=attrs.get("extrapolation_value", 0.0), **kwargs)
     return [y]
 
   return adapt
@@ -468,8 +456,6 @@ def _resize_n(version: int) -> Adapt:
 
 for _v in (11, 13, 18, 19):
   register("Resize", _v, static_inputs=(2, 3))(_resize_n(_v))
-
-
 
 
 # --- AveragePool / GlobalAveragePool ------------------------------------------------------------
