@@ -3,6 +3,7 @@ torch's F.interpolate as an oracle, and the pinned deviations of docs/DEVIATIONS
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,119 +22,124 @@ def _r(x, **kw):
 # --- hand-derived values (1-D, x = [0, 10, 20, 30]) ---------------------------------------------
 
 
-@pytest.mark.parametrize("jit", [False, True])
-def test_half_pixel_linear(jit):
-  # x_original = (y + 0.5) / 2 - 0.5 = -0.25, 0.25, ..., 3.25; outside taps repeat the edge.
-  f = (lambda x: jaxops.resize(x, scales=[2.0], mode="linear"))
-  got = np.asarray(jax.jit(f)(X4) if jit else f(X4))
-  np.testing.assert_allclose(got, [0, 2.5, 7.5, 12.5, 17.5, 22.5, 27.5, 30])
+class HandDerivedValuesTest(chex.TestCase):
+  """Values derived by hand from the spec formulas (1-D, x = [0, 10, 20, 30]), eagerly and under
+  jit (chex.variants)."""
 
+  def _r(self, x, **kw):
+    return np.asarray(self.variant(lambda v: jaxops.resize(v, **kw))(x))
 
-def test_align_corners_linear():
-  # x_original = y * (4 - 1) / (7 - 1) = y / 2
-  np.testing.assert_allclose(
-      _r(X4, sizes=[7], mode="linear", coordinate_transformation_mode="align_corners"),
-      [0, 5, 10, 15, 20, 25, 30])
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_half_pixel_linear(self):
+    # x_original = (y + 0.5) / 2 - 0.5 = -0.25, 0.25, ..., 3.25; outside taps repeat the edge.
+    np.testing.assert_allclose(self._r(X4, scales=[2.0], mode="linear"),
+                               [0, 2.5, 7.5, 12.5, 17.5, 22.5, 27.5, 30])
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_align_corners_linear(self):
+    # x_original = y * (4 - 1) / (7 - 1) = y / 2
+    np.testing.assert_allclose(
+        self._r(X4, sizes=[7], mode="linear", coordinate_transformation_mode="align_corners"),
+        [0, 5, 10, 15, 20, 25, 30])
 
-def test_align_corners_uses_the_fractional_target_length_of_scales():
-  # scales 0.6 on length 4: output_width 2.4 (float32 0.6 * 4), 2 outputs; x_original =
-  # y * 3 / (2.4 - 1): this is ONNX's test_resize_downsample_scales_linear_align_corners.
-  width = float(np.float32(0.6)) * 4
-  got = _r(X4, scales=[0.6], mode="linear", coordinate_transformation_mode="align_corners")
-  np.testing.assert_allclose(got, [0, 10 * 3 / (width - 1)], rtol=1e-12)
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_align_corners_uses_the_fractional_target_length_of_scales(self):
+    # scales 0.6 on length 4: output_width 2.4 (float32 0.6 * 4), 2 outputs; x_original =
+    # y * 3 / (2.4 - 1): this is ONNX's test_resize_downsample_scales_linear_align_corners.
+    width = float(np.float32(0.6)) * 4
+    got = self._r(X4, scales=[0.6], mode="linear", coordinate_transformation_mode="align_corners")
+    np.testing.assert_allclose(got, [0, 10 * 3 / (width - 1)], rtol=1e-12)
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_asymmetric_nearest_modes(self):
+    # x_original = y / 2: integers and exact halves.
+    for nearest_mode, expected in [("floor", [0, 0, 10, 10, 20, 20, 30, 30]),
+                                   ("round_prefer_floor", [0, 0, 10, 10, 20, 20, 30, 30]),
+                                   ("round_prefer_ceil", [0, 10, 10, 20, 20, 30, 30, 30]),
+                                   ("ceil", [0, 10, 10, 20, 20, 30, 30, 30])]:
+      got = self._r(X4, scales=[2.0], coordinate_transformation_mode="asymmetric",
+               nearest_mode=nearest_mode)
+      np.testing.assert_array_equal(got, expected)
 
-@pytest.mark.parametrize("nearest_mode,expected", [
-    ("floor", [0, 0, 10, 10, 20, 20, 30, 30]),
-    ("round_prefer_floor", [0, 0, 10, 10, 20, 20, 30, 30]),
-    ("round_prefer_ceil", [0, 10, 10, 20, 20, 30, 30, 30]),
-    ("ceil", [0, 10, 10, 20, 20, 30, 30, 30]),
-])
-def test_asymmetric_nearest_modes(nearest_mode, expected):
-  # x_original = y / 2: integers and exact halves.
-  got = _r(X4, scales=[2.0], coordinate_transformation_mode="asymmetric",
-           nearest_mode=nearest_mode)
-  np.testing.assert_array_equal(got, expected)
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_tf_crop_and_resize_and_extrapolation(self):
+    # x_original = 0.25 * 3 + y * 0.5 * 3 / 2 = 0.75, 1.5, 2.25
+    np.testing.assert_allclose(
+        self._r(X4, sizes=[3], roi=[0.25, 0.75], mode="linear",
+           coordinate_transformation_mode="tf_crop_and_resize"), [7.5, 15, 22.5])
+    # x_original = -1.5 + y * 1.5 = -1.5 (outside: extrapolation_value), 0, 1.5
+    np.testing.assert_allclose(
+        self._r(X4, sizes=[3], roi=[-0.5, 0.5], mode="linear", extrapolation_value=-1.0,
+           coordinate_transformation_mode="tf_crop_and_resize"), [-1, 0, 15])
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_half_pixel_symmetric(self):
+    # scale = float32(0.6); output_width = 2.4..., 2 outputs; offset = 2 * (1 - 2 / width)
+    s = float(np.float32(0.6))
+    width = s * 4
+    xo = 2 * (1 - 2 / width) + (np.arange(2) + 0.5) / s - 0.5
+    np.testing.assert_allclose(
+        self._r(X4, scales=[0.6], mode="linear",
+           coordinate_transformation_mode="half_pixel_symmetric"), 10 * xo, rtol=1e-12)
 
-def test_tf_crop_and_resize_and_extrapolation():
-  # x_original = 0.25 * 3 + y * 0.5 * 3 / 2 = 0.75, 1.5, 2.25
-  np.testing.assert_allclose(
-      _r(X4, sizes=[3], roi=[0.25, 0.75], mode="linear",
-         coordinate_transformation_mode="tf_crop_and_resize"), [7.5, 15, 22.5])
-  # x_original = -1.5 + y * 1.5 = -1.5 (outside: extrapolation_value), 0, 1.5
-  np.testing.assert_allclose(
-      _r(X4, sizes=[3], roi=[-0.5, 0.5], mode="linear", extrapolation_value=-1.0,
-         coordinate_transformation_mode="tf_crop_and_resize"), [-1, 0, 15])
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_tf_half_pixel_for_nn(self):
+    # Resize-11: x_original = (y + 0.5) / 2 = 0.25, 0.75, ..., 3.75 -> rounded half down
+    np.testing.assert_array_equal(
+        self._r(X4, scales=[2.0], coordinate_transformation_mode="tf_half_pixel_for_nn"),
+        [0, 10, 10, 20, 20, 30, 30, 30])
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_cubic_keys_weights(self):
+    # asymmetric, scale 2: x_original = 0.5 at y = 1: taps -1, 0, 1, 2 (edge-clamped) with Keys
+    # weights at distances 1.5, 0.5, 0.5, 1.5: a/8 and (a+2)/8 - (a+3)/4 + 1.
+    for a in (-0.75, -0.5):
+      far, near = a / 8, (a + 2) / 8 - (a + 3) / 4 + 1
+      got = self._r(X4, scales=[2.0], mode="cubic", cubic_coeff_a=a,
+               coordinate_transformation_mode="asymmetric")
+      np.testing.assert_allclose(got[1], far * 0 + near * 0 + near * 10 + far * 20, rtol=1e-12)
+      np.testing.assert_allclose(got[::2], X4, rtol=1e-12, atol=1e-12)  # integer coordinates
+      got = self._r(X4, scales=[2.0], mode="cubic", cubic_coeff_a=a, exclude_outside=True,
+               coordinate_transformation_mode="asymmetric")  # tap -1 dropped, renormalised
+      np.testing.assert_allclose(got[1], (near * 10 + far * 20) / (2 * near + far), rtol=1e-12)
 
-def test_half_pixel_symmetric():
-  # scale = float32(0.6); output_width = 2.4..., 2 outputs; offset = 2 * (1 - 2 / width)
-  s = float(np.float32(0.6))
-  width = s * 4
-  xo = 2 * (1 - 2 / width) + (np.arange(2) + 0.5) / s - 0.5
-  np.testing.assert_allclose(
-      _r(X4, scales=[0.6], mode="linear",
-         coordinate_transformation_mode="half_pixel_symmetric"), 10 * xo, rtol=1e-12)
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_antialias_linear_downsampling(self):
+    # scale 0.5: x_original = 0.5, 2.5; the triangle is stretched by 2 -> 4 taps at distances
+    # 1.5, 0.5, 0.5, 1.5 with weights (1 - d / 2) / 2 = 1/8, 3/8, 3/8, 1/8.
+    np.testing.assert_allclose(self._r(X4, scales=[0.5], mode="linear", antialias=True),
+                               [6.25, 23.75])
+    np.testing.assert_allclose(
+        self._r(X4, scales=[0.5], mode="linear", antialias=True, exclude_outside=True),
+        [(3 / 8 * 10 + 1 / 8 * 20) / (7 / 8), 23.75 * 8 / 7 - 30 / 7])
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_keep_aspect_ratio_policy(self):
+    x = np.arange(8.0).reshape(2, 4)
+    assert self._r(x, sizes=[4, 4], keep_aspect_ratio_policy="not_larger").shape == (2, 4)
+    assert self._r(x, sizes=[4, 4], keep_aspect_ratio_policy="not_smaller").shape == (4, 8)
+    # round_int rounds halves up: scale 5/4 on length 2 gives 2.5 -> 3
+    assert self._r(x, sizes=[5, 5], keep_aspect_ratio_policy="not_larger").shape == (3, 5)
 
-def test_tf_half_pixel_for_nn():
-  # Resize-11: x_original = (y + 0.5) / 2 = 0.25, 0.75, ..., 3.75 -> rounded half down
-  np.testing.assert_array_equal(
-      _r(X4, scales=[2.0], coordinate_transformation_mode="tf_half_pixel_for_nn"),
-      [0, 10, 10, 20, 20, 30, 30, 30])
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_output_length_from_float32_scale(self):
+    # float32(0.7) * 10 = 6.99999988 -> 6 (ONNX shape inference and the reference; onnxruntime's
+    # float32 product rounds to 7).
+    assert self._r(np.zeros(10), scales=[0.7]).shape == (6,)
+    assert self._r(np.zeros(10), scales=[0.6]).shape == (6,)
 
-
-def test_cubic_keys_weights():
-  # asymmetric, scale 2: x_original = 0.5 at y = 1: taps -1, 0, 1, 2 (edge-clamped) with Keys
-  # weights at distances 1.5, 0.5, 0.5, 1.5: a/8 and (a+2)/8 - (a+3)/4 + 1.
-  for a in (-0.75, -0.5):
-    far, near = a / 8, (a + 2) / 8 - (a + 3) / 4 + 1
-    got = _r(X4, scales=[2.0], mode="cubic", cubic_coeff_a=a,
-             coordinate_transformation_mode="asymmetric")
-    np.testing.assert_allclose(got[1], far * 0 + near * 0 + near * 10 + far * 20, rtol=1e-12)
-    np.testing.assert_allclose(got[::2], X4, rtol=1e-12, atol=1e-12)  # integer coordinates
-    got = _r(X4, scales=[2.0], mode="cubic", cubic_coeff_a=a, exclude_outside=True,
-             coordinate_transformation_mode="asymmetric")  # tap -1 dropped, renormalised
-    np.testing.assert_allclose(got[1], (near * 10 + far * 20) / (2 * near + far), rtol=1e-12)
-
-
-def test_antialias_linear_downsampling():
-  # scale 0.5: x_original = 0.5, 2.5; the triangle is stretched by 2 -> 4 taps at distances
-  # 1.5, 0.5, 0.5, 1.5 with weights (1 - d / 2) / 2 = 1/8, 3/8, 3/8, 1/8.
-  np.testing.assert_allclose(_r(X4, scales=[0.5], mode="linear", antialias=True),
-                             [6.25, 23.75])
-  np.testing.assert_allclose(
-      _r(X4, scales=[0.5], mode="linear", antialias=True, exclude_outside=True),
-      [(3 / 8 * 10 + 1 / 8 * 20) / (7 / 8), 23.75 * 8 / 7 - 30 / 7])
-
-
-def test_keep_aspect_ratio_policy():
-  x = np.arange(8.0).reshape(2, 4)
-  assert _r(x, sizes=[4, 4], keep_aspect_ratio_policy="not_larger").shape == (2, 4)
-  assert _r(x, sizes=[4, 4], keep_aspect_ratio_policy="not_smaller").shape == (4, 8)
-  # round_int rounds halves up: scale 5/4 on length 2 gives 2.5 -> 3
-  assert _r(x, sizes=[5, 5], keep_aspect_ratio_policy="not_larger").shape == (3, 5)
-
-
-def test_output_length_from_float32_scale():
-  # float32(0.7) * 10 = 6.99999988 -> 6 (ONNX shape inference and the reference; onnxruntime's
-  # float32 product rounds to 7).
-  assert _r(np.zeros(10), scales=[0.7]).shape == (6,)
-  assert _r(np.zeros(10), scales=[0.6]).shape == (6,)
-
-
-def test_axes_any_order_and_negative():
-  x = np.random.default_rng(0).standard_normal((2, 3, 4))
-  got = _r(x, scales=[2.0, 0.5], axes=[-1, 1], mode="linear")
-  assert got.shape == (2, 1, 8)
-  # The reference rejects negative axes (DEVIATIONS.md, Resize 8): give it the positive ones.
-  expected = _reference(dict(mode="linear", axes=[2, 1]), x,
-                        scales=np.array([2.0, 0.5], np.float32))
-  np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
-  # And the same as naming every axis (scale 1 on the others).
-  np.testing.assert_allclose(got, _r(x, scales=[1.0, 0.5, 2.0], mode="linear"), rtol=1e-12)
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_axes_any_order_and_negative(self):
+    x = np.random.default_rng(0).standard_normal((2, 3, 4))
+    got = self._r(x, scales=[2.0, 0.5], axes=[-1, 1], mode="linear")
+    assert got.shape == (2, 1, 8)
+    # The reference rejects negative axes (DEVIATIONS.md, Resize 8): give it the positive ones.
+    expected = _reference(dict(mode="linear", axes=[2, 1]), x,
+                          scales=np.array([2.0, 0.5], np.float32))
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    # And the same as naming every axis (scale 1 on the others).
+    np.testing.assert_allclose(got, self._r(x, scales=[1.0, 0.5, 2.0], mode="linear"),
+                               rtol=1e-12)
 
 
 # --- dtypes -------------------------------------------------------------------------------------
@@ -225,23 +231,18 @@ def test_traced_scales_is_a_clear_type_error():
 
 
 def test_same_static_configuration_is_traced_once(monkeypatch):
-  traces = []
-  inner = _resize._static_passes
-
-  def counting(*args, **kwargs):
-    traces.append(1)  # runs only while _resize_jit traces
-    return inner(*args, **kwargs)
-
-  monkeypatch.setattr(_resize, "_static_passes", counting)
+  # _static_passes runs only while _resize_jit traces: chex.assert_max_traces counts those runs
+  # and fails on one more than allowed.
+  chex.clear_trace_counter()
+  monkeypatch.setattr(_resize, "_static_passes", chex.assert_max_traces(_resize._static_passes,
+                                                                        n=1))
   x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
   for _ in range(3):
     jaxops.resize(x, sizes=[41], axes=[1], mode="cubic", cubic_coeff_a=-0.61)  # new objects
-  assert len(traces) == 1
   jaxops.resize(x, sizes=np.array([41]), axes=(-1,), mode="cubic", cubic_coeff_a=-0.61,
                 nearest_mode="ceil")  # equal configuration (nearest_mode unused by cubic)
-  assert len(traces) == 1
-  jaxops.resize(x, sizes=[42], axes=[1], mode="cubic", cubic_coeff_a=-0.61)
-  assert len(traces) == 2  # a new configuration traces once more
+  with pytest.raises(AssertionError, match="traced > 1 times"):
+    jaxops.resize(x, sizes=[42], axes=[1], mode="cubic", cubic_coeff_a=-0.61)  # a new one
 
 
 def test_traced_and_static_roi_match_reference():
