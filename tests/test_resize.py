@@ -162,7 +162,7 @@ def test_integers_round_half_to_even():
 
 
 def test_integers_saturate():
-  onnx = pytest.importorskip("onnx")
+  import onnx
   from onnx.reference import ReferenceEvaluator
 
   # Cubic overshoot beyond 255 and below 0 saturates (the reference's saturate_cast).
@@ -288,7 +288,7 @@ def test_traced_full_box_is_not_extrapolated(dtype, x64, shape, sizes):
 
 
 def test_vmap_over_images_matches_torch():
-  torch = pytest.importorskip("torch")
+  import torch
   F = torch.nn.functional
   x = np.random.default_rng(3).standard_normal((4, 3, 5, 6)).astype(np.float32)
   f = jax.vmap(lambda im: jaxops.resize(im, sizes=[9, 4], axes=[1, 2], mode="linear",
@@ -299,7 +299,7 @@ def test_vmap_over_images_matches_torch():
 
 
 def test_vmap_over_roi_boxes_matches_reference():
-  onnx = pytest.importorskip("onnx")
+  import onnx
   from onnx.reference import ReferenceEvaluator
 
   x = np.random.default_rng(4).standard_normal((1, 2, 6, 7)).astype(np.float32)
@@ -325,7 +325,7 @@ def test_vmap_over_roi_boxes_matches_reference():
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("size", [(11, 5), (3, 9)])
 def test_matches_torch_interpolate(mode, torch_mode, align_corners, size):
-  torch = pytest.importorskip("torch")
+  import torch
   x = np.random.default_rng(5).standard_normal((2, 3, 7, 6))
   coord = "align_corners" if align_corners else "pytorch_half_pixel"
   got = _r(x, sizes=list(size), axes=[2, 3], mode=mode, coordinate_transformation_mode=coord)
@@ -335,7 +335,7 @@ def test_matches_torch_interpolate(mode, torch_mode, align_corners, size):
 
 
 def test_antialias_matches_torch_interpolate():
-  torch = pytest.importorskip("torch")
+  import torch
   x = np.random.default_rng(6).standard_normal((1, 2, 16, 12))
   for mode, torch_mode in (("linear", "bilinear"), ("cubic", "bicubic")):
     # torch (like Pillow) drops taps outside the image and renormalises (exclude_outside), and
@@ -352,7 +352,7 @@ def test_antialias_matches_torch_interpolate():
 
 
 def _reference(node_kw: dict, x: np.ndarray, **inputs) -> np.ndarray:
-  onnx = pytest.importorskip("onnx")
+  import onnx
   from onnx.reference import ReferenceEvaluator
 
   names = ["X", "roi", "scales", "sizes"]

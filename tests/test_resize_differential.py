@@ -21,16 +21,14 @@ from __future__ import annotations
 import math
 
 import jax
-
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
-
-import jaxops  # noqa: E402
-from jaxops import _dtypes  # noqa: E402
+import jaxops
+from jaxops import _dtypes
 
 COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
           "asymmetric", "tf_crop_and_resize")
@@ -289,7 +287,7 @@ def test_backend_roi_graph_input_full_box(opset, shape, sizes):
 
 
 def _ort_run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-  ort = pytest.importorskip("onnxruntime")
+  import onnxruntime as ort
   opts = ort.SessionOptions()
   opts.intra_op_num_threads = 1
   opts.log_severity_level = 3

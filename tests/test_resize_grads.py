@@ -71,7 +71,7 @@ def test_vmap_over_roi_boxes_is_differentiable():
 
 
 def test_vmap_over_batch_grad_matches_torch_autograd():
-  torch = pytest.importorskip("torch")
+  import torch
   x = np.random.default_rng(5).standard_normal((3, 4, 5))
 
   def one(im):
@@ -96,7 +96,7 @@ def test_vmap_over_batch_grad_matches_torch_autograd():
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("size", [(4, 11)])  # rows downsampled 7 -> 4, columns 8 -> 11
 def test_grad_matches_torch_autograd(mode, torch_mode, align_corners, size):
-  torch = pytest.importorskip("torch")
+  import torch
   x = np.random.default_rng(6).standard_normal((2, 3, 7, 8))
   coord = "align_corners" if align_corners else "pytorch_half_pixel"
 
