@@ -30,7 +30,7 @@ from jaxops import _resize_kernel
 _OP = "jaxops.resize"
 
 
-class _Mode(_checks.StrEnum):
+class Mode(_checks.StrEnum):
   """Interpolation mode."""
 
   NEAREST = "nearest"
@@ -38,7 +38,7 @@ class _Mode(_checks.StrEnum):
   CUBIC = "cubic"
 
 
-class _Coord(_checks.StrEnum):
+class CoordinateTransformationMode(_checks.StrEnum):
   """How an output coordinate maps to an input coordinate (one axis at a time)."""
 
   HALF_PIXEL = "half_pixel"
@@ -50,7 +50,7 @@ class _Coord(_checks.StrEnum):
   TF_HALF_PIXEL_FOR_NN = "tf_half_pixel_for_nn"  # Resize-11 only (removed in Resize-13)
 
 
-class _NearestMode(_checks.StrEnum):
+class NearestMode(_checks.StrEnum):
   """How mode="nearest" rounds a fractional source coordinate."""
 
   ROUND_PREFER_FLOOR = "round_prefer_floor"
@@ -59,7 +59,7 @@ class _NearestMode(_checks.StrEnum):
   CEIL = "ceil"
 
 
-class _KeepAspectRatioPolicy(_checks.StrEnum):
+class KeepAspectRatioPolicy(_checks.StrEnum):
   """How ``sizes`` is read (Resize-18+)."""
 
   STRETCH = "stretch"
@@ -85,9 +85,9 @@ class _Axis:
 class _Config:
   plans: tuple[_Axis, ...]
   out_shape: tuple[int, ...]
-  mode: _Mode
-  coord: _Coord
-  nearest: _NearestMode
+  mode: Mode
+  coord: CoordinateTransformationMode
+  nearest: NearestMode
   cubic_coeff_a: float
   exclude_outside: bool
   extrapolation_value: float
@@ -255,10 +255,10 @@ _CONFIGS = _checks.ConfigCache(_config)
 class _Options:
   """resize()'s mode strings and scalar options, checked."""
 
-  mode: _Mode
-  coord: _Coord
-  nearest: _NearestMode
-  policy: _KeepAspectRatioPolicy
+  mode: Mode
+  coord: CoordinateTransformationMode
+  nearest: NearestMode
+  policy: KeepAspectRatioPolicy
   cubic_coeff_a: float
   exclude_outside: bool
   extrapolation_value: float
@@ -269,17 +269,17 @@ def _parse_options(mode: Any, coord: Any, nearest_mode: Any, cubic_coeff_a: Any,
                    exclude_outside: Any, extrapolation_value: Any, policy: Any,
                    antialias: Any) -> _Options:
   """Step 1: the mode strings as enums, the scalar options as Python values."""
-  m = _Mode.from_string(_OP, "mode", mode)
+  m = Mode.from_string(_OP, "mode", mode)
   opts = _Options(
       mode=m,
-      coord=_Coord.from_string(_OP, "coordinate_transformation_mode", coord),
-      nearest=_NearestMode.from_string(_OP, "nearest_mode", nearest_mode),
-      policy=_KeepAspectRatioPolicy.from_string(_OP, "keep_aspect_ratio_policy", policy),
+      coord=CoordinateTransformationMode.from_string(_OP, "coordinate_transformation_mode", coord),
+      nearest=NearestMode.from_string(_OP, "nearest_mode", nearest_mode),
+      policy=KeepAspectRatioPolicy.from_string(_OP, "keep_aspect_ratio_policy", policy),
       cubic_coeff_a=_checks.static_float(_OP, "cubic_coeff_a", cubic_coeff_a),
       exclude_outside=_checks.static_bool(_OP, "exclude_outside", exclude_outside),
       extrapolation_value=_checks.static_float(_OP, "extrapolation_value", extrapolation_value),
       antialias=_checks.static_bool(_OP, "antialias", antialias))
-  if opts.antialias and m is _Mode.NEAREST:
+  if opts.antialias and m is Mode.NEAREST:
     raise _checks.value_error(_OP, "antialias", antialias,
                               'False with mode="nearest" (antialias applies to linear and cubic)')
   return opts
@@ -294,12 +294,13 @@ def _resized_axes(x: jax.Array, axes: Any) -> tuple[int, ...]:
   return _checks.normalize_axes(_OP, "axes", _checks.int_tuple(_OP, "axes", axes), x.ndim)
 
 
-def _roi(roi: Any, coord: _Coord, n: int) -> tuple[np.ndarray | None, jax.Array | None]:
+def _roi(roi: Any, coord: CoordinateTransformationMode,
+         n: int) -> tuple[np.ndarray | None, jax.Array | None]:
   """Step 4: (static roi, traced roi), at most one of them; both None unless tf_crop_and_resize.
 
   A missing roi is the full box, as onnx.reference and onnxruntime read it.
   """
-  if coord is not _Coord.TF_CROP_AND_RESIZE:
+  if coord is not CoordinateTransformationMode.TF_CROP_AND_RESIZE:
     return None, None
   if roi is None:
     roi = [0.0] * n + [1.0] * n
@@ -335,19 +336,19 @@ def _canonical_config(opts: _Options, plans: tuple[_Axis, ...], out_shape: tuple
                       legacy_resize10: bool) -> _Config:
   """Step 8: the hashable configuration; options a mode does not read take one value, so that
   they do not split the jit cache."""
-  nearest = opts.mode is _Mode.NEAREST
-  crop = opts.coord is _Coord.TF_CROP_AND_RESIZE
+  nearest = opts.mode is Mode.NEAREST
+  crop = opts.coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE
   return _Config(
       plans, out_shape, opts.mode, opts.coord,
-      opts.nearest if nearest else _NearestMode.ROUND_PREFER_FLOOR,
-      opts.cubic_coeff_a if opts.mode is _Mode.CUBIC else -0.75,
+      opts.nearest if nearest else NearestMode.ROUND_PREFER_FLOOR,
+      opts.cubic_coeff_a if opts.mode is Mode.CUBIC else -0.75,
       opts.exclude_outside and not nearest,
       opts.extrapolation_value if crop else 0.0,
       opts.antialias, legacy_resize10)
 
 
-def _check_dtype(dtype: Any, mode: _Mode) -> None:
-  if mode is _Mode.NEAREST:
+def _check_dtype(dtype: Any, mode: Mode) -> None:
+  if mode is Mode.NEAREST:
     return
   if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)) or (
       dtype == jnp.bool_):
@@ -356,7 +357,7 @@ def _check_dtype(dtype: Any, mode: _Mode) -> None:
 
 
 def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any,
-          policy: _KeepAspectRatioPolicy) -> list[_Axis]:
+          policy: KeepAspectRatioPolicy) -> list[_Axis]:
   """Step 3: output length, scale and target lengths of every axis in ``axes`` (spec +
   reference)."""
   n = len(axes)
@@ -383,12 +384,12 @@ def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any
     if shape[d] == 0 and size[i] != 0:
       raise _checks.value_error(_OP, "sizes", sizes, f"0 on axis {d}, whose input length is 0")
   ratios = [size[i] / shape[d] if shape[d] else 1.0 for i, d in enumerate(axes)]
-  if policy is _KeepAspectRatioPolicy.STRETCH:
+  if policy is KeepAspectRatioPolicy.STRETCH:
     for i, d in enumerate(axes):
       plans.append(_Axis(d, i, shape[d], size[i], ratios[i], float(size[i]), float(size[i]),
                          None))
     return plans
-  scale = min(ratios) if policy is _KeepAspectRatioPolicy.NOT_LARGER else max(ratios)
+  scale = min(ratios) if policy is KeepAspectRatioPolicy.NOT_LARGER else max(ratios)
   for i, d in enumerate(axes):
     target = scale * shape[d]
     out = int(math.floor(target + 0.5))
@@ -396,7 +397,7 @@ def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any
   return plans
 
 
-def _is_identity(p: _Axis, coord: _Coord) -> bool:
+def _is_identity(p: _Axis, coord: CoordinateTransformationMode) -> bool:
   """Step 7: whether an axis is left unchanged: same length, scale 1 (and the full roi box).
 
   tf_half_pixel_for_nn's ``(x + 0.5) / 1`` would shift an axis with scale 1 by half a pixel
@@ -405,7 +406,7 @@ def _is_identity(p: _Axis, coord: _Coord) -> bool:
   """
   if p.out_len != p.in_len or p.scale != 1.0:
     return False
-  if coord is _Coord.TF_CROP_AND_RESIZE:
+  if coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
     return p.roi == (0.0, 1.0)
   return True
 
@@ -413,11 +414,11 @@ def _is_identity(p: _Axis, coord: _Coord) -> bool:
 # --- tables -------------------------------------------------------------------------------------
 
 
-def _coords(xp: Any, p: _Axis, coord: _Coord, y: Any,
+def _coords(xp: Any, p: _Axis, coord: CoordinateTransformationMode, y: Any,
             roi: tuple[Any, Any] | None) -> Any:
   """x_original for output indices ``y`` (float array), as the specification writes it."""
   s, n_in = p.scale, p.in_len
-  C = _Coord
+  C = CoordinateTransformationMode
   if coord is C.HALF_PIXEL:
     return (y + 0.5) / s - 0.5
   if coord is C.HALF_PIXEL_SYMMETRIC:
@@ -443,20 +444,20 @@ def _coords(xp: Any, p: _Axis, coord: _Coord, y: Any,
   return y * 0.0 + 0.5 * (start + end) * (n_in - 1)
 
 
-def _num_taps(mode: _Mode, scale: float, antialias: bool) -> tuple[int, float]:
+def _num_taps(mode: Mode, scale: float, antialias: bool) -> tuple[int, float]:
   """(K, kernel scale): taps per output and the factor applied to distances."""
-  if mode is _Mode.NEAREST:
+  if mode is Mode.NEAREST:
     return 1, 1.0
   if antialias and scale < 1:
-    support = 1 if mode is _Mode.LINEAR else 2
+    support = 1 if mode is Mode.LINEAR else 2
     start = int(np.floor(-support / scale) + 1)
     return 2 - 2 * start, scale
-  return (2 if mode is _Mode.LINEAR else 4), 1.0
+  return (2 if mode is Mode.LINEAR else 4), 1.0
 
 
-def _kernel(xp: Any, mode: _Mode, t: Any, a: float) -> Any:
+def _kernel(xp: Any, mode: Mode, t: Any, a: float) -> Any:
   t = xp.abs(t)
-  if mode is _Mode.LINEAR:
+  if mode is Mode.LINEAR:
     return xp.maximum(1 - t, 0.0)
   t2, t3 = t * t, t * t * t
   near = (a + 2) * t3 - (a + 3) * t2 + 1
@@ -468,20 +469,20 @@ def _taps(xp: Any, cfg: _Config, p: _Axis, x_ori: Any) -> tuple[Any, Any, Any]:
   """(indices (out, K) clamped into the input, weights (out, K), extrapolated mask or None)."""
   n_in = p.in_len
   mask = None
-  if cfg.coord is _Coord.TF_CROP_AND_RESIZE:
+  if cfg.coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
     mask = (x_ori < 0) | (x_ori > n_in - 1)
   c = xp.ceil(x_ori)
   r = x_ori - (c - 1)  # in (0, 1]: the reference prefers the left pixel at integers
-  if cfg.mode is _Mode.NEAREST:
+  if cfg.mode is Mode.NEAREST:
     if cfg.resize10:
       idx = xp.ceil(x_ori) if p.scale < 1 else xp.trunc(x_ori)
     else:
       nm = cfg.nearest
-      if nm is _NearestMode.ROUND_PREFER_FLOOR:
+      if nm is NearestMode.ROUND_PREFER_FLOOR:
         up = r > 0.5
-      elif nm is _NearestMode.ROUND_PREFER_CEIL:
+      elif nm is NearestMode.ROUND_PREFER_CEIL:
         up = r >= 0.5
-      elif nm is _NearestMode.FLOOR:
+      elif nm is NearestMode.FLOOR:
         up = r == 1
       else:
         up = r > 0
@@ -544,7 +545,7 @@ def _resize_jit(x: jax.Array, roi: jax.Array | None, cfg: _Config) -> jax.Array:
   if any(d == 0 for d in cfg.out_shape) or x.size == 0:
     return jnp.zeros(cfg.out_shape, x.dtype)
   in_dtype = x.dtype
-  nearest = cfg.mode is _Mode.NEAREST
+  nearest = cfg.mode is Mode.NEAREST
   y = x if nearest else x.astype(_interp_dtype(in_dtype))
   if roi is None:
     y = _static_passes(y, cfg)
@@ -559,23 +560,25 @@ def _resize_jit(x: jax.Array, roi: jax.Array | None, cfg: _Config) -> jax.Array:
 
 # A result this many units of rounding (relative to its magnitude, at least 1), and at most
 # _TIE_MAX, from a multiple of 1/2 is taken as exactly that value before rounding to an integer.
-_TIE_ULPS = 64
+_TIE_ULPS = {np.dtype(np.float32): 4, np.dtype(np.float64): 64}
 _TIE_MAX = 2.0**-12
 
 
 def _round_half_even(y: jax.Array) -> jax.Array:
   """Rounds half to even as in exact arithmetic: near-halves are snapped onto the half first.
 
-  The tables' weights are float64 (or float32) roundings of rational numbers, so a result that
-  is exactly ``k + 1/2`` in exact arithmetic can come out a few units of rounding below or above
-  it (more where positive and negative cubic taps cancel) and would round the wrong way. A value
-  within ``_TIE_ULPS`` units of rounding of a multiple of 1/2 is moved onto it, as the traced-roi
-  path snaps its coordinates. The band is capped at ``_TIE_MAX``: for large values computed in
-  float32 (16-bit inputs) the units of rounding approach the spacing of the exact results, and
-  a wider band would move results that are not halves.
+  The tables' weights are float64 roundings of rational numbers, so a result that is exactly
+  ``k + 1/2`` in exact arithmetic can come out a few units of rounding below or above it (more
+  where positive and negative cubic taps cancel) and would round the wrong way. A value within
+  ``_TIE_ULPS`` units of rounding of a multiple of 1/2 is moved onto it, as the traced-roi path
+  snaps its coordinates. float64 results get a wide band (the spacing of exact results is far
+  larger); float32 results (integers of up to 16 bits) a narrow one, capped at ``_TIE_MAX``:
+  their units of rounding approach the spacing of exact results, and a wider band would move
+  results that are not halves.
   """
+  ulps = _TIE_ULPS.get(np.dtype(y.dtype), 4)
   half = jnp.round(2 * y) / 2
-  tol = jnp.minimum(_TIE_ULPS * jnp.finfo(y.dtype).eps * jnp.maximum(jnp.abs(y), 1), _TIE_MAX)
+  tol = jnp.minimum(ulps * jnp.finfo(y.dtype).eps * jnp.maximum(jnp.abs(y), 1), _TIE_MAX)
   return jnp.round(jnp.where(jnp.abs(y - half) <= tol, half, y))
 
 
@@ -615,7 +618,7 @@ def _fill_value(value: float, dtype: Any) -> Any:
 def _traced_pass(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array) -> jax.Array:
   """One axis with a traced roi: tables from jnp, a take-and-sum gather (grads reach roi)."""
   idx, w, mask = _traced_table(cfg, p, roi)
-  if cfg.mode is _Mode.NEAREST:
+  if cfg.mode is Mode.NEAREST:
     y = jnp.take(y, idx[:, 0], axis=p.axis, mode="clip")
   else:
     out, k = idx.shape

@@ -304,7 +304,7 @@ def test_cache_key_equal_only_for_interchangeable_values():
   assert key((3, 4), np.dtype(np.float32), [1]) == key((3, 4), jnp.ones(1, jnp.float32).dtype, [1])
   different = [(1, 2), [1, 2], (True, 2), (1.0, 2), (np.int64(1), 2), np.array([1, 2]),
                np.array([1, 2], np.int32), np.array([1.0, 2.0]), np.array([[1, 2]]), "1", 1, 1.0,
-               True, np.float32(1), np.array([0.0]), np.array([-0.0]), _resize._Mode.LINEAR,
+               True, np.float32(1), np.array([0.0]), np.array([-0.0]), _resize.Mode.LINEAR,
                "linear", None, (), []]
   keys = [key(v) for v in different]
   assert all(k is not None for k in keys)
