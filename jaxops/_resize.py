@@ -176,10 +176,14 @@ def resize(x: ArrayLike, *, sizes: Sequence[int] | None = None,
     and other non-numeric-float types take mode="nearest" only (an exact copy).
 
   Raises:
-    TypeError: a shape-deciding argument is traced; a non-numeric dtype with linear/cubic.
+    TypeError: a shape-deciding argument or a static option is traced; a non-numeric dtype
+      with linear/cubic; ``exclude_outside``/``antialias`` not a bool (or 0/1);
+      ``cubic_coeff_a``/``extrapolation_value`` not a number.
     ValueError: both or neither of ``sizes``/``scales``; wrong lengths; non-positive scales;
       negative sizes; bad or repeated axes; an unknown mode string; a ``roi`` of the wrong
-      length; ``antialias`` with mode="nearest".
+      length; ``antialias`` with mode="nearest"; a non-finite float option; an output that
+      cannot fit in the device's memory (named with its shape and size in bytes, before
+      anything is allocated).
 
   Examples:
     >>> import jax.numpy as jnp, jaxops
