@@ -118,15 +118,22 @@ class StrEnum(str, enum.Enum):
     raise value_error(op, arg, value, f"one of {allowed}")
 
 
-def as_array(x: Any) -> jax.Array:
+def as_array(x: Any, op: str = "jaxops", arg: str = "x") -> jax.Array:
   """``x`` as a JAX array: a jax.Array or tracer as it is (what jnp.asarray would return, without
-  its dispatch cost on every eager call), anything else through jnp.asarray."""
-  return x if isinstance(x, jax.Array) else jax.numpy.asarray(x)
+  its dispatch cost on every eager call), anything else through jnp.asarray. A value that is no
+  numeric array (None, strings, objects, integers too large for the dtype) is a TypeError
+  naming ``op`` and ``arg``."""
+  if isinstance(x, jax.Array):
+    return x
+  try:
+    return jax.numpy.asarray(x)
+  except (TypeError, ValueError, OverflowError) as e:
+    raise type_error(op, arg, x, f"an array of numbers or bools ({e})") from None
 
 
 def floating_input(op: str, x: Any, allowed: Sequence[np.dtype]) -> jax.Array:
   """``x`` as a JAX array whose dtype is one of ``allowed``, else a TypeError naming them."""
-  x = as_array(x)
+  x = as_array(x, op, "x")
   if x.dtype not in allowed:
     names = ", ".join(np.dtype(d).name for d in allowed)
     raise TypeError(f"{op}: argument `x` must have dtype in ({names}); got dtype {x.dtype}")

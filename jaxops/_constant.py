@@ -90,9 +90,9 @@ def _dims(shape: Any) -> tuple[int, ...]:
   except (TypeError, ValueError) as e:
     if str(e).startswith(_OP):  # traced: concrete's own message says how to fix it
       raise
-    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)") from None
+    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers") from None
   if arr.size and arr.dtype.kind not in ("i", "u"):  # ONNX's shape is an int64 tensor
-    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)")
+    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers")
   dims = _checks.int_tuple(_OP, "shape", arr)
   if any(d < 0 for d in dims):
     raise _checks.value_error(_OP, "shape", shape, "dims >= 0")

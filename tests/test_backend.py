@@ -8,12 +8,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
-from jaxops.onnx import Backend, BackendRep, run_node  # noqa: E402
-from jaxops.onnx.conformance import assert_outputs_equal  # noqa: E402
+from jaxops.onnx import Backend, BackendRep, run_node
+
+
+def assert_outputs_equal(expected, got):
+  """This file's own judge: same dtypes and shapes, values equal to float32 rounding."""
+  assert len(expected) == len(got)
+  for e, g in zip(expected, got):
+    e, g = np.asarray(e), np.asarray(g)
+    assert (g.dtype, g.shape) == (e.dtype, e.shape)
+    if e.dtype == object or e.dtype.kind in "biu":
+      assert g.tolist() == e.tolist()
+    else:
+      np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=1e-6,
+                                 atol=1e-7)
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=21):
@@ -115,3 +127,64 @@ def test_run_node_and_devices():
   (expected,) = ReferenceEvaluator(node).run(None, {"x": x})
   assert_outputs_equal([expected], [y])
   assert Backend.supports_device("CPU")
+
+
+# --- the shared node check: every adapter's inputs against its version's schema -----------------
+
+
+@pytest.mark.parametrize("shape, kernel", [((1, 2, 4, 4), [2, 2, 2]), ((4, 4), [2]),
+                                           ((1, 1, 1, 4, 4), [2, 2])])
+def test_pool_rank_must_match_kernel_shape(shape, kernel):
+  # ONNX: X is (N, C, D1, ..., Dn) with n = len(kernel_shape); onnxruntime refuses the rest.
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=kernel, name="pool")
+  want = len(kernel) + 2
+  with pytest.raises(ValueError, match=rf"node 'pool' \(AveragePool-22\): input 0 \(`X`\) has "
+                     rf"rank {len(shape)} .* it must have rank {want}"):
+    run_node(node, [np.ones(shape, np.float32)], opset_version=22)
+
+
+def test_input_element_type_is_checked_against_the_schema():
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], name="p")
+  with pytest.raises(TypeError, match=r"node 'p' \(AveragePool-22\): input 0 \(`X`\) has element "
+                     r"type INT32; allowed: BFLOAT16, DOUBLE, FLOAT, FLOAT16"):
+    run_node(node, [np.ones((1, 1, 4, 4), np.int32)], opset_version=22)
+  # bfloat16 arrives with AveragePool-22, not before.
+  import ml_dtypes
+  with pytest.raises(TypeError, match=r"\(AveragePool-19\): input 0 .* type BFLOAT16"):
+    run_node(node, [np.ones((1, 1, 4, 4), ml_dtypes.bfloat16)], opset_version=19)
+
+
+def test_fixed_type_inputs_are_checked():
+  # Resize-19's `scales` is tensor(float): float64 scales are refused, as onnxruntime does.
+  node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="r")
+  with pytest.raises(TypeError, match=r"node 'r' \(Resize-19\): input 2 \(`scales`\) has element "
+                     r"type DOUBLE; allowed: FLOAT"):
+    run_node(node, [np.ones((1, 1, 2, 2), np.float32), np.array([], np.float32),
+                    np.array([1, 1, 2, 2], np.float64)], opset_version=19)
+
+
+def test_global_pool_needs_n_and_c():
+  node = helper.make_node("GlobalAveragePool", ["x"], ["y"], name="g")
+  with pytest.raises(ValueError, match=r"node 'g' \(GlobalAveragePool-22\): input 0 \(`X`\) has "
+                     r"rank 1 .* at least 2 axes"):
+    run_node(node, [np.ones((4,), np.float32)], opset_version=22)
+
+
+def test_attribute_types_and_names_are_checked_against_the_schema():
+  x = np.ones((1, 1, 4, 4), np.float32)
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2.0, 2.0], name="p")
+  with pytest.raises(TypeError, match=r"node 'p' \(AveragePool-22\): attribute `kernel_shape` "
+                     r"must be of type INTS; got FLOATS"):
+    run_node(node, [x], opset_version=22)
+  # dilations arrive with AveragePool-19.
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[1, 1],
+                          name="p")
+  with pytest.raises(ValueError, match=r"\(AveragePool-11\): has no attribute `dilations`"):
+    run_node(node, [x], opset_version=11)
+
+
+def test_constant_of_shape_takes_a_1d_shape():
+  node = helper.make_node("ConstantOfShape", ["s"], ["y"], name="c")
+  with pytest.raises(ValueError, match=r"node 'c' \(ConstantOfShape-\d+\): input 0 \(`input`\) "
+                     r"has rank 2 .* must have rank 1"):
+    run_node(node, [np.array([[1, 2]], np.int64)])

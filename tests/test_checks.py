@@ -67,3 +67,9 @@ def test_check_output_size_names_op_shape_and_bytes():
   with pytest.raises(ValueError, match=r"\d{20,} bytes"):
     _checks.check_output_size("jaxops.resize", (2**40, 2**40), np.float64)
   _checks.check_output_size("jaxops.resize", (1024, 1024), np.float32)
+
+
+@pytest.mark.parametrize("value", [None, "abc", {"a": 1}, object(), 2**70, [[1, 2], [3]]])
+def test_as_array_names_op_and_argument(value):
+  with pytest.raises(TypeError, match=r"jaxops\.op: argument `img` must be an array of numbers"):
+    _checks.as_array(value, "jaxops.op", "img")

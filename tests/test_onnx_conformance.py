@@ -1,22 +1,29 @@
 """ONNX's own node test cases for jaxops' operators, run through jaxops.onnx.Backend.
 
 The cases are taken in memory from ``onnx.backend.test.case.node.collect_testcases`` (the
-reference implementation generated their expected outputs) and judged by ONNX's criteria: same
-dtype and shape, rtol 1e-3 / atol 1e-7, and exact equality for integer, bool and float8 types.
+reference implementation generated their expected outputs) and judged here, by this file's own
+comparison (not the package's ``conformance.assert_outputs_equal``, so the package does not judge
+itself): same dtype and shape, ``rtol``/``atol`` of the case (ONNX's defaults 1e-3 / 1e-7) for
+float16/32/64 and bfloat16, and exact equality (NaN where NaN) for integer, bool, string and the
+sub-byte / float8 types.
 """
 
 from __future__ import annotations
 
+import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
-onnx = pytest.importorskip("onnx")
-
-from jaxops.onnx import conformance  # noqa: E402
+from jaxops.onnx import Backend, conformance
 
 # Op prefixes whose cases are expected to fail until the issue named here lands; strict, so a
 # case that starts passing fails the suite until its mark is removed.
 PENDING: dict[str, str] = {
 }
+
+# Compared with a tolerance; every other dtype exactly.
+_CLOSE = {"float16", "float32", "float64", "bfloat16"}
 
 
 def _params():
@@ -28,9 +35,35 @@ def _params():
   return out
 
 
+def _array(t):
+  return numpy_helper.to_array(t) if isinstance(t, onnx.TensorProto) else np.asarray(t)
+
+
+def _compare(i, expected, got, rtol, atol):
+  assert got.dtype == expected.dtype, f"output {i}: dtype {got.dtype}, expected {expected.dtype}"
+  assert got.shape == expected.shape, f"output {i}: shape {got.shape}, expected {expected.shape}"
+  if expected.dtype == object:
+    assert got.tolist() == expected.tolist(), f"output {i}"
+  elif expected.dtype.name in _CLOSE:
+    np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol,
+                               atol=atol, err_msg=f"output {i}")
+  elif expected.dtype.kind in "biu":
+    np.testing.assert_array_equal(got, expected, err_msg=f"output {i}")
+  else:
+    # float8 / float4 / int4 / int2 (ml_dtypes): equal values, NaN in the same places.
+    np.testing.assert_array_equal(got.astype(np.float64), expected.astype(np.float64),
+                                  err_msg=f"output {i}")
+
+
 @pytest.mark.parametrize("case", _params())
 def test_node_case(case):
-  conformance.check(case)
+  rep = Backend.prepare(case.model)
+  for inputs, expected in case.data_sets:
+    got = rep.run([_array(t) for t in inputs])
+    expected = [_array(t) for t in expected]
+    assert len(got) == len(expected)
+    for i, (e, g) in enumerate(zip(expected, got)):
+      _compare(i, e, g, case.rtol, case.atol)
 
 
 # The number of cases onnx 1.23.2 has per op: a shrinking count would hide lost coverage.
@@ -44,3 +77,15 @@ def test_case_counts():
     op = conformance.op_of(case.name)
     counts[op] = counts.get(op, 0) + 1
   assert counts == CASE_COUNTS
+
+
+def test_the_package_judge_agrees_with_this_file():
+  # `python -m jaxops conformance` uses the package's judge; it must refuse what this file refuses.
+  e = np.array([1.0, 2.0], np.float32)
+  with pytest.raises(AssertionError):
+    conformance.assert_outputs_equal([e], [np.array([1.0, 2.1], np.float32)])
+  with pytest.raises(AssertionError):
+    conformance.assert_outputs_equal([e], [e.astype(np.float64)])
+  with pytest.raises(AssertionError):
+    conformance.assert_outputs_equal([np.array([1, 2], np.int8)], [np.array([1, 3], np.int8)])
+  conformance.assert_outputs_equal([e], [e.copy()])

@@ -116,6 +116,7 @@ class BackendRep(_BaseRep):
         raise NotImplementedError(f"jaxops.onnx: node {node.op_type} uses domain {domain!r}, "
                                   f"which the model does not import")
       adapter = _registry.lookup(node.op_type, domain, opsets[domain])
+      _registry.check_attributes(node, adapter)
       for i in adapter.static_inputs:
         if i < len(node.input) and node.input[i]:
           name = node.input[i]
@@ -149,6 +150,7 @@ class BackendRep(_BaseRep):
           ins.append(np.asarray(env[name]))
         else:
           ins.append(env[name])
+      _registry.check_node(node.name, adapter, ins, attrs)
       outs = adapter.fn(ins, attrs)
       for name, value in zip(node.output, outs):
         if name:

@@ -16,12 +16,18 @@ eagerly on the host (STRING casts), which makes the whole model run without jit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import onnx.defs
+
+from jaxops import _dtypes
 
 Adapt = Callable[[list[Any], dict[str, Any]], list[Any]]
+# A rank rule: (inputs, attrs) -> None when the ranks are valid, else (input index, what is wrong).
+RankRule = Callable[[list[Any], dict[str, Any]], "tuple[int, str] | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +37,7 @@ class Adapter:
   fn: Adapt
   static_inputs: tuple[int, ...] = ()
   host: Callable[[dict[str, Any]], bool] | None = None
+  rank: RankRule | None = None
 
 
 ADAPTERS: dict[tuple[str, int], Adapter] = {}
@@ -41,15 +48,163 @@ OPERATORS = ("Cast", "CastLike", "ConstantOfShape", "Resize", "Upsample", "Avera
 
 
 def register(op_type: str, *since_versions: int, static_inputs: Sequence[int] = (),
-             host: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[Adapt], Adapt]:
-  """Register ``fn`` as the adapter of ``op_type`` for each of ``since_versions``."""
+             host: Callable[[dict[str, Any]], bool] | None = None,
+             rank: RankRule | None = None) -> Callable[[Adapt], Adapt]:
+  """Register ``fn`` as the adapter of ``op_type`` for each of ``since_versions``.
+
+  Every node is checked by ``check_node`` before its adapter runs: the element type of each
+  input against that version's schema, and ``rank`` (a rule such as ``pool_rank``) when given.
+  """
 
   def deco(fn: Adapt) -> Adapt:
     for v in since_versions:
-      ADAPTERS[(op_type, v)] = Adapter(op_type, v, fn, tuple(static_inputs), host)
+      ADAPTERS[(op_type, v)] = Adapter(op_type, v, fn, tuple(static_inputs), host, rank)
     return fn
 
   return deco
+
+
+# --- the shared node check ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputRule:
+  name: str                 # the schema's name of the input ("X", "roi", ...)
+  param: str | None         # its type parameter ("T"), None for a fixed type
+  allowed: frozenset[str]   # ONNX element type names it accepts
+  variadic: bool
+
+
+@functools.cache
+def _input_rules(op_type: str, since: int) -> tuple[_InputRule, ...]:
+  """The schema's type rule of each formal input of ``op_type`` version ``since``."""
+  schema = onnx.defs.get_schema(op_type, since, "")
+  constraints = {c.type_param_str: _type_names(c.allowed_type_strs)
+                 for c in schema.type_constraints}
+  rules = []
+  for formal in schema.inputs:
+    param = formal.type_str if formal.type_str in constraints else None
+    allowed = constraints[param] if param else _type_names([formal.type_str])
+    rules.append(_InputRule(formal.name, param, allowed,
+                            formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic))
+  return tuple(rules)
+
+
+_ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
+
+
+def _type_names(type_strs: Sequence[str]) -> frozenset[str]:
+  """'tensor(float)' -> 'FLOAT', as TensorProto names the element types."""
+  inner = [t[len("tensor("):-1] for t in type_strs if t.startswith("tensor(")]
+  return frozenset(_ONNX_TYPE_NAMES.get(t, t.upper()) for t in inner)
+
+
+def _type_name(value: Any) -> str:
+  return _dtypes.of_dtype(np.dtype(value.dtype)).name
+
+
+def node_label(node_name: str, op_type: str, since: int) -> str:
+  """How errors name a node: ``jaxops.onnx: node 'n' (AveragePool-22)``."""
+  return f"jaxops.onnx: node {node_name!r} ({op_type}-{since})"
+
+
+def check_node(node_name: str, adapter: Adapter, inputs: Sequence[Any],
+               attrs: dict[str, Any]) -> None:
+  """Checks a node's inputs against its version's schema before the adapter runs.
+
+  Raises:
+    TypeError: an input's element type is not one the schema allows, or two inputs bound to
+      the same type parameter have different types.
+    ValueError: the adapter's rank rule refuses the input ranks.
+  """
+  label = node_label(node_name, adapter.op_type, adapter.since_version)
+  rules = _input_rules(adapter.op_type, adapter.since_version)
+  bound: dict[str, tuple[int, str]] = {}
+  for i, value in enumerate(inputs):
+    if value is None or not rules:
+      continue
+    rule = rules[i] if i < len(rules) else rules[-1]
+    if i >= len(rules) and not rule.variadic:
+      raise ValueError(f"{label}: has {len(inputs)} inputs; the schema takes at most "
+                       f"{len(rules)} ({', '.join(r.name for r in rules)})")
+    try:
+      name = _type_name(value)
+    except ValueError:
+      name = str(np.dtype(value.dtype))
+    if name not in rule.allowed:
+      raise TypeError(f"{label}: input {i} (`{rule.name}`) has element type {name}; allowed: "
+                      f"{', '.join(sorted(rule.allowed))}")
+    if rule.param is not None:
+      first = bound.setdefault(rule.param, (i, name))
+      if first[1] != name:
+        raise TypeError(f"{label}: input {i} (`{rule.name}`) has element type {name} but input "
+                        f"{first[0]} has {first[1]}; both are of type {rule.param}, which must "
+                        f"be one type")
+  if adapter.rank is not None:
+    problem = adapter.rank(list(inputs), attrs)
+    if problem is not None:
+      i, what = problem
+      formal = rules[min(i, len(rules) - 1)].name if rules else str(i)
+      raise ValueError(f"{label}: input {i} (`{formal}`) {what}")
+
+
+def check_attributes(node: Any, adapter: Adapter) -> None:
+  """Checks a node's attributes against its version's schema when the model is prepared.
+
+  Raises:
+    ValueError: an attribute the schema of that version does not have.
+    TypeError: an attribute of another type than the schema's (e.g. FLOATS for INTS).
+  """
+  schema = onnx.defs.get_schema(adapter.op_type, adapter.since_version, "")
+  label = node_label(node.name, adapter.op_type, adapter.since_version)
+  for a in node.attribute:
+    spec = schema.attributes.get(a.name)
+    if spec is None:
+      raise ValueError(f"{label}: has no attribute `{a.name}`; it takes "
+                       f"{', '.join(sorted(schema.attributes)) or 'none'}")
+    if a.type != spec.type:
+      got = onnx.AttributeProto.AttributeType.Name(a.type)
+      want = onnx.AttributeProto.AttributeType.Name(spec.type)
+      raise TypeError(f"{label}: attribute `{a.name}` must be of type {want}; got {got}")
+
+
+def exact_rank(rank: int, index: int = 0) -> RankRule:
+  """A rule: input ``index`` has exactly ``rank`` axes."""
+
+  def rule(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+    x = inputs[index] if index < len(inputs) else None
+    if x is not None and np.ndim(x) != rank:
+      return index, (f"has rank {np.ndim(x)} (shape {tuple(np.shape(x))}); it must have rank "
+                     f"{rank}")
+    return None
+
+  return rule
+
+
+def pool_rank(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+  """The pooling ops' rule: X is (N, C, D1, ..., Dn) with n = len(kernel_shape)."""
+  kernel = attrs.get("kernel_shape")
+  if kernel is None or inputs[0] is None:
+    return None
+  want = len(np.asarray(kernel).reshape(-1)) + 2
+  if np.ndim(inputs[0]) != want:
+    return 0, (f"has rank {np.ndim(inputs[0])} (shape {tuple(np.shape(inputs[0]))}); with "
+               f"kernel_shape {[int(k) for k in np.asarray(kernel).reshape(-1)]} it must have rank {want}: "
+               f"(N, C) and one axis per kernel axis")
+  return None
+
+
+def min_rank(rank: int, index: int = 0) -> RankRule:
+  """A rule: input ``index`` has at least ``rank`` axes."""
+
+  def rule(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | None:
+    x = inputs[index] if index < len(inputs) else None
+    if x is not None and np.ndim(x) < rank:
+      return index, (f"has rank {np.ndim(x)} (shape {tuple(np.shape(x))}); it must have at "
+                     f"least {rank} axes")
+    return None
+
+  return rule
 
 
 def supported() -> dict[str, list[int]]:
@@ -66,8 +221,6 @@ def lookup(op_type: str, domain: str, opset: int) -> Adapter:
   Raises:
     NotImplementedError: jaxops lacks the op or that version of it.
   """
-  import onnx.defs
-
   if domain not in ("", "ai.onnx"):
     raise NotImplementedError(
         f"jaxops.onnx: op {op_type} of domain {domain!r} is not implemented; jaxops implements "
@@ -111,20 +264,16 @@ def ints(value: Any) -> tuple[int, ...] | None:
 # Each version's type constraints are read from onnx's schema; Cast-1's `to` is a type name.
 # Cast-19/21/23 (and CastLike-19/21/23, which defer to Cast) send +-Inf to NaN for the FNUZ
 # float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default): the adapters
-# call the internal cast functions, which take that switch.
-
-_ONNX_TYPE_NAMES = {"float": "FLOAT", "double": "DOUBLE"}
-
+# call the internal cast functions, which take that switch. check_node checks the inputs' types
+# and check_attributes the attributes' names and types; the adapters check what those do not:
+# that the inputs and `to` are there, and the types `to` and `value` (attributes) name.
 
 def _allowed_types(op_type: str, since: int, param: str) -> frozenset[str]:
   """The ONNX element type names that ``param`` of ``op_type`` version ``since`` allows."""
-  import onnx.defs
-
   schema = onnx.defs.get_schema(op_type, since, "")
   for constraint in schema.type_constraints:
     if constraint.type_param_str == param:
-      inner = [t[len("tensor("):-1] for t in constraint.allowed_type_strs]
-      return frozenset(_ONNX_TYPE_NAMES.get(t, t.upper()) for t in inner)
+      return _type_names(constraint.allowed_type_strs)
   raise KeyError(param)
 
 
@@ -135,41 +284,12 @@ def _check_type(op_type: str, since: int, param: str, what: str, name: str) -> N
                     f"{name}; allowed: {', '.join(sorted(allowed))}")
 
 
-def _type_name(value: Any) -> str:
-  from jaxops import _dtypes
-
-  return _dtypes.of_dtype(np.dtype(value.dtype)).name
-
-
-# Python types of the attribute values the backend passes, by the schema's attribute type.
-_ATTR_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
-    "INT": (int, np.integer), "FLOAT": (float, int, np.floating, np.integer), "STRING": (str,),
-    "TENSOR": (np.ndarray,)}
-
-
-def _check_node(op_type: str, since: int, inputs: list[Any], attrs: dict[str, Any]) -> None:
-  """The node's input count and its attributes' names, types and presence, from the schema."""
-  import onnx.defs
-
-  schema = onnx.defs.get_schema(op_type, since, "")
-  where = f"jaxops.onnx: {op_type} version {since}"
-  given = [i for i, v in enumerate(inputs) if v is not None]
-  lo, hi = schema.min_input, schema.max_input
-  if len(inputs) > hi or len(given) < lo or any(inputs[i] is None for i in range(lo)):
-    raise ValueError(f"{where} takes {lo if lo == hi else f'{lo} to {hi}'} input(s); got "
-                     f"{len(given)}")
-  for name, value in attrs.items():
-    spec = schema.attributes.get(name)
-    if spec is None:
-      raise ValueError(f"{where} has no attribute `{name}`; it takes "
-                       f"{sorted(schema.attributes) or 'none'}")
-    kind = getattr(spec.type, "name", str(spec.type))  # the AttrType member name
-    allowed = _ATTR_PYTHON_TYPES.get(kind)
-    if allowed and (isinstance(value, (bool, np.bool_)) or not isinstance(value, allowed)):
-      raise TypeError(f"{where}: attribute `{name}` must be of type {kind}; got {value!r}")
-  for name, spec in schema.attributes.items():
-    if spec.required and name not in attrs:
-      raise ValueError(f"{where} needs the attribute `{name}`")
+def _require_inputs(op_type: str, since: int, inputs: list[Any], count: int) -> None:
+  """A ValueError unless the first ``count`` (required) inputs are present."""
+  given = sum(v is not None for v in inputs[:count])
+  if given < count:
+    raise ValueError(f"jaxops.onnx: {op_type} version {since} takes {count} input(s); got "
+                     f"{given}")
 
 
 def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -181,19 +301,20 @@ def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
 
 def _casts_to_string(attrs: dict[str, Any]) -> bool:
   to = attr(attrs, "to", None)
-  return to == 8 or (isinstance(to, (str, bytes)) and to.upper() in ("STRING", b"STRING"))
+  return to == 8 or (isinstance(to, str) and to.upper() == "STRING")
 
 
 def _make_cast(since: int) -> Adapt:
   def cast_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops import _cast, _dtypes
+    from jaxops import _cast
 
-    _check_node("Cast", since, inputs, attrs)
-    x = inputs[0]
-    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", attr(attrs, "to", None))
-    _check_type("Cast", since, "T1", "input", _type_name(x))
+    _require_inputs("Cast", since, inputs, 1)
+    to = attr(attrs, "to", None)
+    if to is None:
+      raise ValueError(f"jaxops.onnx: Cast version {since} needs the attribute `to`")
+    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", to)
     _check_type("Cast", since, "T2", "`to`", target.name)
-    return [_cast.cast_internal(x, target.enum, **_cast_kwargs(since, attrs))]
+    return [_cast.cast_internal(inputs[0], target.enum, **_cast_kwargs(since, attrs))]
 
   return cast_adapter
 
@@ -202,11 +323,8 @@ def _make_cast_like(since: int) -> Adapt:
   def cast_like_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _cast
 
-    _check_node("CastLike", since, inputs, attrs)
-    x, like = inputs[0], inputs[1]
-    _check_type("CastLike", since, "T1", "input", _type_name(x))
-    _check_type("CastLike", since, "T2", "target_type", _type_name(like))
-    return [_cast.cast_like_internal(x, like, **_cast_kwargs(since, attrs))]
+    _require_inputs("CastLike", since, inputs, 2)
+    return [_cast.cast_like_internal(inputs[0], inputs[1], **_cast_kwargs(since, attrs))]
 
   return cast_like_adapter
 
@@ -226,22 +344,21 @@ def _make_constant_of_shape(since: int) -> Adapt:
   def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _constant
 
-    _check_node("ConstantOfShape", since, inputs, attrs)
-    shape = np.asarray(inputs[0])
-    if shape.ndim != 1:
-      raise ValueError(f"jaxops.onnx: ConstantOfShape version {since}: input `input` (the shape) "
-                       f"must be a 1-D tensor; got shape {shape.shape}")
-    _check_type("ConstantOfShape", since, "T1", "input", _type_name(shape))
+    _require_inputs("ConstantOfShape", since, inputs, 1)
     value = attr(attrs, "value", None)
     if value is not None:
+      if not isinstance(value, np.ndarray):
+        raise TypeError(f"jaxops.onnx: ConstantOfShape version {since}: attribute `value` must "
+                        f"be a one-element tensor; got {value!r}")
       _check_type("ConstantOfShape", since, "T2", "`value`", _type_name(value))
-    return [_constant.constant_of_shape(shape, value)]
+    return [_constant.constant_of_shape(np.asarray(inputs[0]).reshape(-1), value)]
 
   return constant_of_shape_adapter
 
 
 for _v in (9, 20, 21, 23, 24, 25):
-  register("ConstantOfShape", _v, static_inputs=(0,))(_make_constant_of_shape(_v))
+  register("ConstantOfShape", _v, static_inputs=(0,), rank=exact_rank(1))(
+      _make_constant_of_shape(_v))
 
 
 # --- Resize / Upsample --------------------------------------------------------------------------
@@ -387,7 +504,7 @@ def _average_pool(version: int) -> Adapt:
 
 
 for _v in (1, 7, 10, 11, 19, 22):
-  register("AveragePool", _v)(_average_pool(_v))
+  register("AveragePool", _v, rank=pool_rank)(_average_pool(_v))
 
 
 def _global_average_pool(version: int) -> Adapt:
@@ -401,6 +518,6 @@ def _global_average_pool(version: int) -> Adapt:
 
 
 for _v in (1, 22):
-  register("GlobalAveragePool", _v)(_global_average_pool(_v))
+  register("GlobalAveragePool", _v, rank=min_rank(2))(_global_average_pool(_v))
 
 
