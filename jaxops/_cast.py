@@ -210,11 +210,7 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
   if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
     if hasattr(x, "dtype"):
       _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
-    try:
-      x = jnp.asarray(x)
-    except (TypeError, ValueError):
-      raise _checks.type_error(op, "x", x, "an array (or nested list of numbers) of an ONNX "
-                               "element type") from None
+    x = _checks.as_array(x, op, "x")
   _check_dtype(op, "x", x.dtype)
   _check_dtype(op, target_arg, target.dtype)
   return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)

@@ -58,10 +58,7 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
     raise _checks.type_error(_OP, "value", value, "a numeric or bool one-element array "
                              "(ConstantOfShape has no STRING output)")
   if not isinstance(value, (np.ndarray, np.generic, jax.Array)):
-    try:
-      value = jnp.asarray(value)
-    except (TypeError, ValueError):
-      raise _checks.type_error(_OP, "value", value, "a numeric or bool one-element array") from None
+    value = _checks.as_array(value, _OP, "value")
   dtype = np.dtype(value.dtype)
   if dtype not in _VALUE_DTYPES:
     try:
