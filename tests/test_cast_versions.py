@@ -197,6 +197,8 @@ def _runner(op, version):
 def test_cast_types_follow_the_schema(version):
   # Each held type as `to` (from float32) and as the input (to FLOAT, which every version has):
   # allowed by that version's schema -> the value 1 casts exactly; else a TypeError naming it.
+  # Over the versions this is also the dtype contract of jaxops.cast for every type a JAX array
+  # holds, to and from float32 (the adapter calls the function behind jaxops.cast).
   adapter = _runner("Cast", version)
   to_allowed, in_allowed = (_schema_types("Cast", version, p) for p in ("T2", "T1"))
   one = np.ones(2, np.float32)
