@@ -102,9 +102,12 @@ def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True,
     ``str`` when ``to`` is STRING.
 
   Raises:
-    TypeError: ``to`` or ``x``'s dtype has no ONNX element type, is complex, or is a float6
-      type (no XLA support); a STRING cast under ``jax.jit``; ``saturate`` not a bool.
-    ValueError: an unknown ``to`` or ``round_mode``; a string that is not a number.
+    TypeError: ``to`` is no type (None, a bool, an array, a traced value); ``to`` or ``x``'s
+      dtype is complex or a float6 type (no XLA support), or ``x``'s has no ONNX element type;
+      ``x`` is no array (None, ragged lists); a STRING cast under ``jax.jit``; ``saturate``
+      not a bool or 0/1.
+    ValueError: an unknown ``to`` (enum value, name, or a dtype with no ONNX element type) or
+      ``round_mode``; a string that is not a number (or is +-Inf/NaN for an integer target).
 
   Examples:
     >>> import jax.numpy as jnp, jaxops
@@ -137,7 +140,8 @@ def cast_like(x: jax.typing.ArrayLike, like: Any, *, saturate: bool = True,
     ``x`` cast to ``like``'s dtype, shaped like ``x``.
 
   Raises:
-    TypeError: ``like``'s dtype has no ONNX element type, or as :func:`jaxops.cast`.
+    TypeError: ``like`` is no array (None, a dtype or type name: those are for
+      :func:`jaxops.cast`) or its dtype has no ONNX element type; or as :func:`jaxops.cast`.
     ValueError: as :func:`jaxops.cast`.
 
   Examples:
