@@ -102,9 +102,12 @@ def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True,
     ``str`` when ``to`` is STRING.
 
   Raises:
-    TypeError: ``to`` or ``x``'s dtype has no ONNX element type, is complex, or is a float6
-      type (no XLA support); a STRING cast under ``jax.jit``; ``saturate`` not a bool.
-    ValueError: an unknown ``to`` or ``round_mode``; a string that is not a number.
+    TypeError: ``to`` is no type (None, a bool, an array, a traced value); ``to`` or ``x``'s
+      dtype is complex or a float6 type (no XLA support), or ``x``'s has no ONNX element type;
+      ``x`` is no array (None, ragged lists); a STRING cast under ``jax.jit``; ``saturate``
+      not a bool or 0/1.
+    ValueError: an unknown ``to`` (enum value, name, or a dtype with no ONNX element type) or
+      ``round_mode``; a string that is not a number (or is +-Inf/NaN for an integer target).
 
   Examples:
     >>> import jax.numpy as jnp, jaxops
@@ -137,7 +140,8 @@ def cast_like(x: jax.typing.ArrayLike, like: Any, *, saturate: bool = True,
     ``x`` cast to ``like``'s dtype, shaped like ``x``.
 
   Raises:
-    TypeError: ``like``'s dtype has no ONNX element type, or as :func:`jaxops.cast`.
+    TypeError: ``like`` is no array (None, a dtype or type name: those are for
+      :func:`jaxops.cast`) or its dtype has no ONNX element type; or as :func:`jaxops.cast`.
     ValueError: as :func:`jaxops.cast`.
 
   Examples:
@@ -210,11 +214,7 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
   if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
     if hasattr(x, "dtype"):
       _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
-    try:
-      x = jnp.asarray(x)
-    except (TypeError, ValueError):
-      raise _checks.type_error(op, "x", x, "an array (or nested list of numbers) of an ONNX "
-                               "element type") from None
+    x = _checks.as_array(x, op, "x")
   _check_dtype(op, "x", x.dtype)
   _check_dtype(op, target_arg, target.dtype)
   return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
