@@ -211,9 +211,10 @@ def pool_rank(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | Non
     return None
   want = len(np.asarray(kernel).reshape(-1)) + 2
   if np.ndim(inputs[0]) != want:
+    kernel_list = [int(k) for k in np.asarray(kernel).reshape(-1)]
     return 0, (f"has rank {np.ndim(inputs[0])} (shape {tuple(np.shape(inputs[0]))}); with "
-               f"kernel_shape {[int(k) for k in np.asarray(kernel).reshape(-1)]} it must have rank {want}: "
-               f"(N, C) and one axis per kernel axis")
+               f"kernel_shape {kernel_list} it must have rank {want}: (N, C) and one axis per "
+               f"kernel axis")
   return None
 
 
