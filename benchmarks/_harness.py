@@ -48,6 +48,8 @@ class System:
     note: a label written before any run: where the peer's semantics differ from the case's.
     view: maps the output to the case's layout for the agreement check only (e.g. NHWC -> NCHW);
       it is not timed.
+    peer: False for a reference that is not a peer (e.g. the plain XLA op that jaxops' program
+      is made of): timed and shown, never the "best peer" of a ratio.
   """
 
   name: str
@@ -62,6 +64,7 @@ class System:
   faults: float | None = None
   alloc_bytes: int | None = None
   largest_block: int | None = None
+  peer: bool = True
 
 
 @dataclasses.dataclass
@@ -90,8 +93,8 @@ class Case:
 
   def best_peer(self, *, agreeing: bool = False) -> System | None:
     """The fastest peer (that agrees with jaxops' output, if ``agreeing``), or None."""
-    peers = [s for s in self.systems if s.name != "jaxops" and s.median_s is not None
-             and (s.agrees or not agreeing)]
+    peers = [s for s in self.systems if s.name != "jaxops" and s.peer
+             and s.median_s is not None and (s.agrees or not agreeing)]
     return min(peers, key=lambda s: s.median_s or np.inf) if peers else None
 
 
@@ -104,7 +107,8 @@ class Builder:
     self.systems: list[System] = []
     self.missing: list[tuple[str, str]] = []
 
-  def add(self, name: str, factory: Callable[[], System | None], *, note: str = "") -> None:
+  def add(self, name: str, factory: Callable[[], System | None], *, note: str = "",
+          peer: bool = True) -> None:
     """Build a system with ``factory()``; record why where it raises or returns None."""
     try:
       system = factory()
@@ -115,6 +119,7 @@ class Builder:
       self.missing.append((name, note or "cannot do this work"))
       return
     system.name = name
+    system.peer = peer
     if note and not system.note:
       system.note = note
     self.systems.append(system)

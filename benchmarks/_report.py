@@ -24,12 +24,13 @@ def result(case: Case) -> dict[str, Any]:
   systems = [{"name": s.name, "median_s": s.median_s, "compile_s": s.compile_s,
               "agrees": s.agrees, "agreement": s.agreement, "note": s.note,
               "samples": s.samples, "faults": s.faults, "alloc_bytes": s.alloc_bytes,
-              "largest_block": s.largest_block} for s in case.systems]
+              "largest_block": s.largest_block, "peer": s.peer} for s in case.systems]
   jaxops = case.system("jaxops")
   best = case.best_peer()
   same = case.best_peer(agreeing=True) if jaxops else None
   t = jaxops.median_s if jaxops else None
   floor = case.floor.median_s
+  ref = next((s for s in case.systems if not s.peer and s.median_s), None)
   return {
       "group": case.group, "name": case.name, "pass": case.pass_, "device": case.device,
       "label": case.label, "input": case.input, "bytes_moved": case.bytes_moved, "floor_s": floor,
@@ -48,6 +49,8 @@ def result(case: Case) -> dict[str, Any]:
       "peer_faults": same.faults if same else None,
       "jaxops_alloc_bytes": jaxops.alloc_bytes if jaxops else None,
       "jaxops_largest_block": jaxops.largest_block if jaxops else None,
+      "reference": ref.name if ref else None,
+      "ratio_reference": t / ref.median_s if t and ref and ref.median_s else None,
   }
 
 
@@ -104,6 +107,7 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
   allocation counters, and the ratio with the steady allocator where an extra run gave one."""
   rows = []
   steady = any("steady" in r for r in results)
+  refs = any(r.get("reference") for r in results)
   for r in results:
     best = "—"
     if r["best_peer"]:
@@ -118,6 +122,8 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
            _mb(r.get("jaxops_alloc_bytes")), _mb(r.get("jaxops_largest_block"))]
     if steady:
       row.append(_extra_ratio(r, "steady"))
+    if refs:
+      row.append(f"{_x(r['ratio_reference'])} ({r['reference']})" if r.get("reference") else "—")
     row += [_ms(r["floor_s"]), _x(r["ratio_floor"]), _gb(r["jaxops_gbps"]),
             _gb(r["copy_gbps"]), _ms(r["jaxops_compile_s"])]
     rows.append(row)
@@ -126,6 +132,8 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
             "agreeing peer faults / call", "jaxops MiB / call", "jaxops largest block MiB"]
   if steady:
     header.append("jaxops / best agreeing peer, steady malloc")
+  if refs:
+    header.append("jaxops / plain XLA op (not a peer)")
   header += ["copy floor ms", "jaxops / floor", "jaxops GB/s", "copy GB/s", "jaxops compile ms"]
   return _table(header, rows)
 
