@@ -138,6 +138,62 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
   return _table(header, rows)
 
 
+# The README's headline rows: (work, forward case label, backward case label or None).
+HEADLINE = (
+    ("Resize linear 2x, 8x3x256x256", "Resize linear x2 fwd", "Resize linear x2 bwd"),
+    ("Resize cubic 2x", "Resize cubic x2 fwd", "Resize cubic x2 bwd"),
+    ("Resize nearest 2x", "Resize nearest x2 fwd", "Resize nearest x2 bwd"),
+    ("Resize linear 56->98, 4x64x56x56", "Resize linear 56->98 (sizes) fwd",
+     "Resize linear 56->98 (sizes) bwd"),
+    ("Resize linear antialias 1/4x, 8x3x512x512", "Resize linear x0.25 antialias fwd",
+     "Resize linear x0.25 antialias bwd"),
+    ("Resize cubic antialias 1/4x", "Resize cubic x0.25 antialias fwd",
+     "Resize cubic x0.25 antialias bwd"),
+    ("AveragePool 3x3 s2 p1, 8x64x112x112", "AveragePool 2d k3 s2 p1 fwd",
+     "AveragePool 2d k3 s2 p1 bwd"),
+    ("AveragePool 2x2 s2, 8x128x56x56", "AveragePool 2d k2 s2 fwd", "AveragePool 2d k2 s2 bwd"),
+    ("AveragePool 3x3x3 s1 p1, 2x16x32^3", "AveragePool 3d k3 s1 p1 fwd",
+     "AveragePool 3d k3 s1 p1 bwd"),
+    ("GlobalAveragePool, 8x512x7x7", "GlobalAveragePool 2d fwd", "GlobalAveragePool 2d bwd"),
+    ("Cast float32 -> bfloat16, 16M", "Cast float32->bfloat16 fwd", None),
+    ("Cast float32 -> float16, 16M", "Cast float32->float16 fwd", None),
+    ("Cast float32 -> float8e4m3fn, 16M", "Cast float32->float8e4m3fn fwd", None),
+)
+
+
+def _cell(r: dict[str, Any] | None, extra: str | None = None) -> str:
+  """"0.69 vs torch" (jaxops / fastest agreeing peer), from the main run or an extra run."""
+  if r is None:
+    return ""
+  e = r if extra is None else r.get(extra)
+  if not e:
+    return "—"
+  if e.get("ratio_best_agreeing_peer") is not None:
+    return f"{_x(e['ratio_best_agreeing_peer'])} vs {e['best_agreeing_peer']}"
+  if extra is None and r.get("ratio_best_peer") is not None:
+    return f"no peer agrees ({_x(r['ratio_best_peer'])} vs {r['best_peer']}, differs)"
+  return "—"
+
+
+def headline_table(results: Sequence[dict[str, Any]]) -> str:
+  """The README's headline table: jaxops / fastest agreeing peer per row and pass, glibc's
+  default allocator first, then the steady allocator (extra run), GlobalAveragePool's forward
+  also with synchronous dispatch."""
+  by_label = {r["label"]: r for r in results if r["device"] == "cpu"}
+  rows = []
+  for work, fwd, bwd in HEADLINE:
+    f, b = by_label.get(fwd), by_label.get(bwd) if bwd else None
+    if f is None and b is None:
+      continue
+    cell_f = _cell(f)
+    if f is not None and f.get("sync"):
+      cell_f += f" (sync dispatch: {_cell(f, 'sync')})"
+    rows.append([work, cell_f, _cell(b) if bwd else "", _cell(f, "steady") if f else "",
+                 _cell(b, "steady") if b else ""])
+  return _table(["work", "forward", "backward", "forward, steady malloc",
+                 "backward, steady malloc"], rows)
+
+
 def extra_table(results: Sequence[dict[str, Any]], name: str) -> str:
   """The rows an extra run measured: the main run's ratio beside the extra run's."""
   rows = []
@@ -284,6 +340,13 @@ no trimming below 1 GiB: freed memory is kept for the next call, as onnxruntime'
 GPU caching allocators do); the setting applies to every system in that process alike.
 `--malloc steady` sets the same with mallopt in the main process; `--no-extras` skips the
 child runs.
+Some rows also time the plain XLA op that a JAX user would write without jaxops, as a
+reference that is never a peer: `x.astype(dtype)` (after a clip where ONNX saturates) for the
+casts, `jnp.mean` over H and W on the same NCHW input for GlobalAveragePool. jaxops' bfloat16
+and float16 casts are that same single XLA convert, so "jaxops / plain XLA op" near 1 with a
+ratio to PyTorch above 1 is XLA's convert kernel (and allocation), not jaxops; likewise
+GlobalAveragePool's backward against flax, which pools channels-last, where the gradient's
+broadcast runs along the long contiguous axis instead of ONNX's 7x7 minor axes.
 JAX programs are dispatched as JAX does by default (asynchronously: a program of 1000 flops or
 more runs on a worker thread, and each timed call waits for it). The GlobalAveragePool cases
 also run in a child process with `--sync-dispatch` (`jax.config.update(
@@ -361,6 +424,8 @@ def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
         "",
         summary_table(rows),
         *_extra_lines(runs[dev], rows),
+        *(["", "### CPU: the README's headline", "", headline_table(rows)] if dev == "cpu"
+          else []),
         "",
         f"### {title}: every system",
         "",

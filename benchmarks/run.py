@@ -232,7 +232,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{device.upper()} (jaxops / best peer; < 1: jaxops faster)")
     print(_report.summary_table(rows))
   print(f"\nwrote {args.out / 'RESULTS.md'} and {args.out / 'ratios.png'}")
+  cpu_rows = [r for r in results if r["device"] == "cpu"]
+  if cpu_rows:
+    headline = _report.headline_table(cpu_rows)
+    print("\nREADME headline (jaxops / fastest agreeing peer)\n" + headline)
+    full = not words and not args.exact and not args.tiny and args.extras
+    if full and args.out.resolve() == HERE and args.malloc == "default":
+      readme = HERE.parent / "README.md"
+      if update_readme(readme, headline, meta):
+        print(f"updated the headline table in {readme}")
   return 0
+
+
+README_START = "<!-- bench:headline:start (written by python -m benchmarks.run) -->"
+README_END = "<!-- bench:headline:end -->"
+
+
+def update_readme(readme: Path, table: str, meta: dict[str, Any]) -> bool:
+  """Replace the text between README_START and README_END in ``readme`` with ``table`` and the
+  line that says where it was measured; False (nothing written) where the markers are missing."""
+  if not readme.exists():
+    return False
+  text = readme.read_text()
+  a, b = text.find(README_START), text.find(README_END)
+  if a < 0 or b < a:
+    return False
+  where = (f"Measured by `make bench` on {meta['date']}: {meta['cpu']}, {meta['threads']} "
+           f"threads, load average {meta['load']} at the end, malloc: {meta['malloc']}, JAX "
+           f"CPU dispatch: {meta['jax_dispatch']}.")
+  body = f"{README_START}\n{where}\n\n{table}\n"
+  readme.write_text(text[:a] + body + text[b:])
+  return True
 
 
 def extra_run(args: argparse.Namespace, labels: Sequence[str], env: dict[str, str],

@@ -7,6 +7,7 @@ covers every case, and that the method drops and interleaves runs as documented.
 from __future__ import annotations
 
 import json
+from typing import Any
 import os
 import subprocess
 import sys
@@ -194,3 +195,39 @@ def test_check_lists_a_system_that_fails_when_run_as_missing() -> None:
   assert [s.name for s in case.systems] == ["jaxops", "flax"]
   assert case.missing == [("torch", "failed when run: RuntimeError: out of memory")]
   assert (ok.agreement, case.systems[1].agrees) == ("reference", False)
+
+
+def test_headline_table_and_readme_update(tmp_path: Path) -> None:
+  from benchmarks import _report
+  from benchmarks.run import README_END, README_START, update_readme
+
+  def row(label: str, ratio: float, peer: str, **extra: Any) -> dict[str, Any]:
+    return {"label": label, "device": "cpu", "ratio_best_agreeing_peer": ratio,
+            "best_agreeing_peer": peer, "ratio_best_peer": ratio, "best_peer": peer, **extra}
+
+  rows = [row("Resize linear x2 fwd", 0.5, "torch",
+              steady={"ratio_best_agreeing_peer": 0.4, "best_agreeing_peer": "torch"}),
+          row("GlobalAveragePool 2d fwd", 1.5, "torch",
+              sync={"ratio_best_agreeing_peer": 0.7, "best_agreeing_peer": "torch"}),
+          {"label": "Resize linear x0.25 antialias bwd", "device": "cpu",
+           "ratio_best_agreeing_peer": None, "best_agreeing_peer": None,
+           "ratio_best_peer": 0.35, "best_peer": "torch"}]
+  table = _report.headline_table(rows)
+  lines = table.split("\n")
+  assert lines[0] == ("| work | forward | backward | forward, steady malloc | backward, "
+                      "steady malloc |")
+  # A pass without a row here (e.g. not selected with --only) is left empty.
+  assert "| Resize linear 2x, 8x3x256x256 | 0.50 vs torch |  | 0.40 vs torch |  |" in lines
+  assert ("| GlobalAveragePool, 8x512x7x7 | 1.50 vs torch (sync dispatch: 0.70 vs torch) |  | — "
+          "|  |") in lines
+  assert any("no peer agrees (0.35 vs torch, differs)" in x for x in lines)
+  readme = tmp_path / "README.md"
+  readme.write_text(f"intro\n{README_START}\nold\n{README_END}\nrest\n")
+  meta = {"date": "D", "cpu": "C", "threads": 2, "load": "L", "malloc": "glibc default",
+          "jax_dispatch": "async (JAX default)"}
+  assert update_readme(readme, table, meta)
+  text = readme.read_text()
+  assert text.startswith(f"intro\n{README_START}\nMeasured by `make bench` on D") and "old" not in text
+  assert text.endswith(f"{table}\n{README_END}\nrest\n")
+  readme.write_text("no markers\n")
+  assert not update_readme(readme, table, meta) and readme.read_text() == "no markers\n"
