@@ -220,7 +220,7 @@ def detail_table(results: Sequence[dict[str, Any]]) -> str:
       rows.append([r["label"], s["name"], _ms(s["median_s"]), _ms(s["compile_s"]), vs,
                    _n(s.get("faults")), _mb(s.get("alloc_bytes")), s["agreement"], s["note"]])
     for m in r["missing"]:
-      rows.append([r["label"], m["name"], "—", "—", "—", "—", "—", "not run", m["reason"]])
+      rows.append([r["label"], m["name"], *["—"] * 5, "not run", m["reason"]])
   return _table(["case", "system", "median ms", "compile/setup ms", "time / jaxops",
                  "faults / call", "MiB / call (JAX)", "agreement", "label"], rows)
 

@@ -257,9 +257,9 @@ def update_readme(readme: Path, table: str, meta: dict[str, Any]) -> bool:
   a, b = text.find(README_START), text.find(README_END)
   if a < 0 or b < a:
     return False
-  where = (f"Measured by `make bench` on {meta['date']}: {meta['cpu']}, {meta['threads']} "
-           f"threads, load average {meta['load']} at the end, malloc: {meta['malloc']}, JAX "
-           f"CPU dispatch: {meta['jax_dispatch']}.")
+  where = (f"Measured by `{meta['command'].strip()}` on {meta['date']}: {meta['cpu']}, "
+           f"{meta['threads']} threads, load average {meta['load']} at the end, malloc: "
+           f"{meta['malloc']}, JAX CPU dispatch: {meta['jax_dispatch']}.")
   body = f"{README_START}\n{where}\n\n{table}\n"
   readme.write_text(text[:a] + body + text[b:])
   return True

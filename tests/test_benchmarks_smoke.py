@@ -223,11 +223,12 @@ def test_headline_table_and_readme_update(tmp_path: Path) -> None:
   assert any("no peer agrees (0.35 vs torch, differs)" in x for x in lines)
   readme = tmp_path / "README.md"
   readme.write_text(f"intro\n{README_START}\nold\n{README_END}\nrest\n")
-  meta = {"date": "D", "cpu": "C", "threads": 2, "load": "L", "malloc": "glibc default",
-          "jax_dispatch": "async (JAX default)"}
+  meta = {"command": "python -m benchmarks.run ", "date": "D", "cpu": "C", "threads": 2,
+          "load": "L", "malloc": "glibc default", "jax_dispatch": "async (JAX default)"}
   assert update_readme(readme, table, meta)
   text = readme.read_text()
-  assert text.startswith(f"intro\n{README_START}\nMeasured by `make bench` on D") and "old" not in text
+  assert text.startswith(
+      f"intro\n{README_START}\nMeasured by `python -m benchmarks.run` on D") and "old" not in text
   assert text.endswith(f"{table}\n{README_END}\nrest\n")
   readme.write_text("no markers\n")
   assert not update_readme(readme, table, meta) and readme.read_text() == "no markers\n"
