@@ -348,6 +348,8 @@ def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode
     return _to_e8m0(x, saturate, mode)
   if dst in _FLOAT8:
     fmax = float(jnp.finfo(dst).max)
+    if saturate and dst == _E4M3FN and src != _F64:
+      return _f32_to_e4m3fn_saturating(lax.convert_element_type(x, _F32))
     if saturate:
       y = jnp.clip(x, -fmax, fmax)  # [x] > max -> max; NaN propagates
       out = _round_from(y, dst)
@@ -359,6 +361,33 @@ def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode
     y = jnp.clip(jnp.where(jnp.isnan(x), jnp.zeros((), src), x), -6.0, 6.0)
     return _round_from(y, dst)
   return _round_from(x, dst)
+
+
+_E4M3FN = np.dtype(jnp.float8_e4m3fn)
+
+
+def _f32_to_e4m3fn_saturating(x: jax.Array) -> jax.Array:
+  """float32 -> float8e4m3fn, saturating (|x| > 448 and +-inf to +-448), round to nearest
+  even, built from the bits in one elementwise pass (XLA converts to float8 in software, and
+  its convert after a clip is slower than this integer rounding on CPU).
+
+  Normal results (|x| >= 2**-6): the float32 bits rounded at mantissa bit 20 (add half an
+  ulp less one, plus the kept lowest bit: ties to even), exponent rebiased from 127 to 7; a
+  carry out of the mantissa moves to the next binade, as it should. Subnormal results: the
+  integer nearest ``|x| * 2**9`` (half to even), 0..8, where 8 is the bit pattern of 2**-6.
+  NaN stays NaN (0x7F, sign kept).
+  """
+  bits = lax.bitcast_convert_type(x, np.uint32)
+  sign = (bits >> 24) & np.uint32(0x80)
+  mag = bits & np.uint32(0x7FFFFFFF)
+  a = jnp.minimum(mag, np.uint32(0x43E00000))  # 448, the largest finite float8e4m3fn
+  rounded = a + np.uint32(0x7FFFF) + ((a >> 20) & np.uint32(1))
+  normal = (rounded >> 20) - np.uint32(120 << 3)
+  tiny = lax.convert_element_type(
+      jnp.round(lax.bitcast_convert_type(a, _F32) * np.float32(512.0)), np.uint32)
+  v = jnp.where(a < np.uint32(0x3C800000), tiny, normal)  # below 2**-6: subnormal or zero
+  v = jnp.where(mag > np.uint32(0x7F800000), np.uint32(0x7F), v)
+  return lax.bitcast_convert_type(lax.convert_element_type(v | sign, np.uint8), _E4M3FN)
 
 
 # float32-range subnormals: (unsigned type, exponent-field shift, field mask, smallest subnormal
