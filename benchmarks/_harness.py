@@ -16,11 +16,18 @@ its output. The method, applied to every case in the same way:
 3. Memory floor: a jitted ``x + 1`` over uint8 that reads as many bytes as the op must read and
    writes as many as it must write (``floor_system``), on the same device, timed in the same
    blocks.
+4. Counters that do not depend on the machine's load, recorded beside each time: the process's
+   minor page faults per timed call (``getrusage``: every thread of the process, so XLA's and
+   PyTorch's workers count too), and for JAX systems the bytes each call allocates (output +
+   temporaries, from XLA's compiled memory analysis) and its largest single block. On glibc a
+   block of 32 MiB or more is mapped afresh and faulted in page by page on every call under the
+   default allocator settings (the page faults column shows it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import resource
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,6 +48,8 @@ class System:
     note: a label written before any run: where the peer's semantics differ from the case's.
     view: maps the output to the case's layout for the agreement check only (e.g. NHWC -> NCHW);
       it is not timed.
+    peer: False for a reference that is not a peer (e.g. the plain XLA op that jaxops' program
+      is made of): timed and shown, never the "best peer" of a ratio.
   """
 
   name: str
@@ -52,6 +61,10 @@ class System:
   agrees: bool | None = None
   median_s: float | None = None
   samples: int = 0
+  faults: float | None = None
+  alloc_bytes: int | None = None
+  largest_block: int | None = None
+  peer: bool = True
 
 
 @dataclasses.dataclass
@@ -80,8 +93,8 @@ class Case:
 
   def best_peer(self, *, agreeing: bool = False) -> System | None:
     """The fastest peer (that agrees with jaxops' output, if ``agreeing``), or None."""
-    peers = [s for s in self.systems if s.name != "jaxops" and s.median_s is not None
-             and (s.agrees or not agreeing)]
+    peers = [s for s in self.systems if s.name != "jaxops" and s.peer
+             and s.median_s is not None and (s.agrees or not agreeing)]
     return min(peers, key=lambda s: s.median_s or np.inf) if peers else None
 
 
@@ -94,7 +107,8 @@ class Builder:
     self.systems: list[System] = []
     self.missing: list[tuple[str, str]] = []
 
-  def add(self, name: str, factory: Callable[[], System | None], *, note: str = "") -> None:
+  def add(self, name: str, factory: Callable[[], System | None], *, note: str = "",
+          peer: bool = True) -> None:
     """Build a system with ``factory()``; record why where it raises or returns None."""
     try:
       system = factory()
@@ -105,6 +119,7 @@ class Builder:
       self.missing.append((name, note or "cannot do this work"))
       return
     system.name = name
+    system.peer = peer
     if note and not system.note:
       system.note = note
     self.systems.append(system)
@@ -122,7 +137,69 @@ class Builder:
     def run() -> Any:
       return jax.block_until_ready(compiled(*args))
 
-    return System("", run, compile_s=compile_s, note=note)
+    alloc, largest = allocation(compiled)
+    return System("", run, compile_s=compile_s, note=note, alloc_bytes=alloc,
+                  largest_block=largest)
+
+
+def allocation(compiled: Any) -> tuple[int | None, int | None]:
+  """(bytes a call of ``compiled`` allocates: output + temporaries, its largest block).
+
+  From XLA's memory analysis and buffer assignment: parameters and constants are not allocated
+  per call. (None, None) where the backend does not say.
+  """
+  try:
+    ma = compiled.memory_analysis()
+    total = int(ma.output_size_in_bytes + ma.temp_size_in_bytes - ma.alias_size_in_bytes)
+  except Exception:  # noqa: BLE001 - an optional counter
+    return None, None
+  try:
+    blocks = [a.get(2, 0) for a in _buffer_allocations(ma.serialized_buffer_assignment_proto)
+              if not a.get(5) and not a.get(12)]  # not an entry parameter, not a constant
+  except Exception:  # noqa: BLE001
+    blocks = []
+  return total, (max(blocks) if blocks else None)
+
+
+def _buffer_allocations(proto: bytes) -> list[dict[int, int]]:
+  """The integer fields of each ``BufferAllocationProto`` in a serialised
+  ``BufferAssignmentProto`` (field 3): 2 size, 5 is_entry_computation_parameter, 12 is_constant.
+  A minimal protobuf wire-format reader, so that no XLA proto module is needed."""
+  out = []
+  for field, wire, value in _wire_fields(proto):
+    if field == 3 and wire == 2:
+      out.append({f: v for f, w, v in _wire_fields(value) if w == 0})
+  return out
+
+
+def _wire_fields(buf: bytes) -> list[tuple[int, int, Any]]:
+  def varint(i: int) -> tuple[int, int]:
+    v = shift = 0
+    while True:
+      b = buf[i]
+      i += 1
+      v |= (b & 0x7F) << shift
+      shift += 7
+      if b < 0x80:
+        return v, i
+
+  fields, i = [], 0
+  while i < len(buf):
+    key, i = varint(i)
+    field, wire = key >> 3, key & 7
+    value: Any
+    if wire == 0:
+      value, i = varint(i)
+    elif wire == 2:
+      n, i = varint(i)
+      value, i = buf[i:i + n], i + n
+    elif wire in (1, 5):
+      n = 8 if wire == 1 else 4
+      value, i = buf[i:i + n], i + n
+    else:
+      raise ValueError(f"wire type {wire}")
+    fields.append((field, wire, value))
+  return fields
 
 
 GPU_BATCH = 8
@@ -275,21 +352,33 @@ def _identity(x: Any) -> Any:
   return x
 
 
+def minor_faults() -> int:
+  """Minor page faults of this process so far (all threads)."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def measure(case: Case, reps: int, runs: int) -> None:
-  """Interleaved blocks: ``reps`` blocks, ``runs + 1`` runs per system per block, first dropped."""
+  """Interleaved blocks: ``reps`` blocks, ``runs + 1`` runs per system per block, first dropped.
+
+  Each system's median time, and its mean minor page faults per kept run."""
   systems: Sequence[System] = [*case.systems, case.floor]
   samples: dict[int, list[float]] = {id(s): [] for s in systems}
+  faults: dict[int, list[int]] = {id(s): [] for s in systems}
   for block in range(reps):
     k = block % len(systems)
     for s in [*systems[k:], *systems[:k]]:
       for i in range(runs + 1):
+        f0 = minor_faults()
         t0 = time.perf_counter()
         s.run()
         dt = time.perf_counter() - t0
+        df = minor_faults() - f0
         if i:
           samples[id(s)].append(dt)
+          faults[id(s)].append(df)
   for s in systems:
     s.median_s = float(np.median(samples[id(s)]))
+    s.faults = float(np.mean(faults[id(s)]))
     s.samples = len(samples[id(s)])
 
 

@@ -23,12 +23,14 @@ def result(case: Case) -> dict[str, Any]:
   """A measured case as a plain record (the arrays the systems hold can then be freed)."""
   systems = [{"name": s.name, "median_s": s.median_s, "compile_s": s.compile_s,
               "agrees": s.agrees, "agreement": s.agreement, "note": s.note,
-              "samples": s.samples} for s in case.systems]
+              "samples": s.samples, "faults": s.faults, "alloc_bytes": s.alloc_bytes,
+              "largest_block": s.largest_block, "peer": s.peer} for s in case.systems]
   jaxops = case.system("jaxops")
   best = case.best_peer()
   same = case.best_peer(agreeing=True) if jaxops else None
   t = jaxops.median_s if jaxops else None
   floor = case.floor.median_s
+  ref = next((s for s in case.systems if not s.peer and s.median_s), None)
   return {
       "group": case.group, "name": case.name, "pass": case.pass_, "device": case.device,
       "label": case.label, "input": case.input, "bytes_moved": case.bytes_moved, "floor_s": floor,
@@ -43,7 +45,28 @@ def result(case: Case) -> dict[str, Any]:
       "ratio_floor": t / floor if t and floor else None,
       "jaxops_gbps": case.bytes_moved / t / 1e9 if t else None,
       "copy_gbps": case.bytes_moved / floor / 1e9 if floor else None,
+      "jaxops_faults": jaxops.faults if jaxops else None,
+      "peer_faults": same.faults if same else None,
+      "jaxops_alloc_bytes": jaxops.alloc_bytes if jaxops else None,
+      "jaxops_largest_block": jaxops.largest_block if jaxops else None,
+      "reference": ref.name if ref else None,
+      "ratio_reference": t / ref.median_s if t and ref and ref.median_s else None,
   }
+
+
+EXTRA_KEYS = ("jaxops_s", "best_agreeing_peer", "ratio_best_agreeing_peer", "jaxops_faults",
+              "peer_faults")
+
+
+def attach(results: Sequence[dict[str, Any]], name: str,
+           extra: Sequence[dict[str, Any]]) -> None:
+  """Adds ``r[name]`` (time, agreeing peer, ratio, faults) from the extra run's row of the same
+  label to each CPU row of ``results`` that has one."""
+  by_label = {e["label"]: e for e in extra if e["device"] == "cpu"}
+  for r in results:
+    e = by_label.get(r["label"]) if r["device"] == "cpu" else None
+    if e is not None:
+      r[name] = {k: e.get(k) for k in EXTRA_KEYS}
 
 
 def _ms(s: float | None) -> str:
@@ -58,6 +81,21 @@ def _gb(r: float | None) -> str:
   return "—" if r is None else f"{r:.3g}"
 
 
+def _n(v: float | None) -> str:
+  return "—" if v is None else f"{v:.0f}"
+
+
+def _mb(v: int | None) -> str:
+  return "—" if v is None else f"{v / 2**20:.3g}"
+
+
+def _extra_ratio(r: dict[str, Any], name: str) -> str:
+  e = r.get(name)
+  if not e or e["ratio_best_agreeing_peer"] is None:
+    return "—"
+  return f"{_x(e['ratio_best_agreeing_peer'])} ({e['best_agreeing_peer']})"
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
   lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -65,8 +103,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def summary_table(results: Sequence[dict[str, Any]]) -> str:
-  """One row per case: jaxops, the best peer, the ratio, the memory floor, bandwidths."""
+  """One row per case: jaxops, the best peer, the ratio, the memory floor, bandwidths, the
+  allocation counters, and the ratio with the steady allocator where an extra run gave one."""
   rows = []
+  steady = any("steady" in r for r in results)
+  refs = any(r.get("reference") for r in results)
   for r in results:
     best = "—"
     if r["best_peer"]:
@@ -76,12 +117,97 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
     same = "—"
     if r["best_agreeing_peer"]:
       same = f"{_x(r['ratio_best_agreeing_peer'])} ({r['best_agreeing_peer']})"
-    rows.append([r["label"], r["input"], _ms(r["jaxops_s"]), best, _x(r["ratio_best_peer"]),
-                 same, _ms(r["floor_s"]), _x(r["ratio_floor"]), _gb(r["jaxops_gbps"]),
-                 _gb(r["copy_gbps"]), _ms(r["jaxops_compile_s"])])
-  return _table(["case", "input", "jaxops ms", "best peer ms", "jaxops / best peer",
-                 "jaxops / best agreeing peer", "copy floor ms",
-                 "jaxops / floor", "jaxops GB/s", "copy GB/s", "jaxops compile ms"], rows)
+    row = [r["label"], r["input"], _ms(r["jaxops_s"]), best, _x(r["ratio_best_peer"]), same,
+           _n(r.get("jaxops_faults")), _n(r.get("peer_faults")),
+           _mb(r.get("jaxops_alloc_bytes")), _mb(r.get("jaxops_largest_block"))]
+    if steady:
+      row.append(_extra_ratio(r, "steady"))
+    if refs:
+      row.append(f"{_x(r['ratio_reference'])} ({r['reference']})" if r.get("reference") else "—")
+    row += [_ms(r["floor_s"]), _x(r["ratio_floor"]), _gb(r["jaxops_gbps"]),
+            _gb(r["copy_gbps"]), _ms(r["jaxops_compile_s"])]
+    rows.append(row)
+  header = ["case", "input", "jaxops ms", "best peer ms", "jaxops / best peer",
+            "jaxops / best agreeing peer", "jaxops faults / call",
+            "agreeing peer faults / call", "jaxops MiB / call", "jaxops largest block MiB"]
+  if steady:
+    header.append("jaxops / best agreeing peer, steady malloc")
+  if refs:
+    header.append("jaxops / plain XLA op (not a peer)")
+  header += ["copy floor ms", "jaxops / floor", "jaxops GB/s", "copy GB/s", "jaxops compile ms"]
+  return _table(header, rows)
+
+
+# The README's headline rows: (work, forward case label, backward case label or None).
+HEADLINE = (
+    ("Resize linear 2x, 8x3x256x256", "Resize linear x2 fwd", "Resize linear x2 bwd"),
+    ("Resize cubic 2x", "Resize cubic x2 fwd", "Resize cubic x2 bwd"),
+    ("Resize nearest 2x", "Resize nearest x2 fwd", "Resize nearest x2 bwd"),
+    ("Resize linear 56->98, 4x64x56x56", "Resize linear 56->98 (sizes) fwd",
+     "Resize linear 56->98 (sizes) bwd"),
+    ("Resize linear antialias 1/4x, 8x3x512x512", "Resize linear x0.25 antialias fwd",
+     "Resize linear x0.25 antialias bwd"),
+    ("Resize cubic antialias 1/4x", "Resize cubic x0.25 antialias fwd",
+     "Resize cubic x0.25 antialias bwd"),
+    ("AveragePool 3x3 s2 p1, 8x64x112x112", "AveragePool 2d k3 s2 p1 fwd",
+     "AveragePool 2d k3 s2 p1 bwd"),
+    ("AveragePool 2x2 s2, 8x128x56x56", "AveragePool 2d k2 s2 fwd", "AveragePool 2d k2 s2 bwd"),
+    ("AveragePool 3x3x3 s1 p1, 2x16x32^3", "AveragePool 3d k3 s1 p1 fwd",
+     "AveragePool 3d k3 s1 p1 bwd"),
+    ("GlobalAveragePool, 8x512x7x7", "GlobalAveragePool 2d fwd", "GlobalAveragePool 2d bwd"),
+    ("Cast float32 -> bfloat16, 16M", "Cast float32->bfloat16 fwd", None),
+    ("Cast float32 -> float16, 16M", "Cast float32->float16 fwd", None),
+    ("Cast float32 -> float8e4m3fn, 16M", "Cast float32->float8e4m3fn fwd", None),
+)
+
+
+def _cell(r: dict[str, Any] | None, extra: str | None = None) -> str:
+  """"0.69 vs torch" (jaxops / fastest agreeing peer), from the main run or an extra run."""
+  if r is None:
+    return ""
+  e = r if extra is None else r.get(extra)
+  if not e:
+    return "—"
+  if e.get("ratio_best_agreeing_peer") is not None:
+    return f"{_x(e['ratio_best_agreeing_peer'])} vs {e['best_agreeing_peer']}"
+  if extra is None and r.get("ratio_best_peer") is not None:
+    return f"no peer agrees ({_x(r['ratio_best_peer'])} vs {r['best_peer']}, differs)"
+  return "—"
+
+
+def headline_table(results: Sequence[dict[str, Any]]) -> str:
+  """The README's headline table: jaxops / fastest agreeing peer per row and pass, glibc's
+  default allocator first, then the steady allocator (extra run), GlobalAveragePool's forward
+  also with synchronous dispatch."""
+  by_label = {r["label"]: r for r in results if r["device"] == "cpu"}
+  rows = []
+  for work, fwd, bwd in HEADLINE:
+    f, b = by_label.get(fwd), by_label.get(bwd) if bwd else None
+    if f is None and b is None:
+      continue
+    cell_f = _cell(f)
+    if f is not None and f.get("sync"):
+      cell_f += f" (sync dispatch: {_cell(f, 'sync')})"
+    rows.append([work, cell_f, _cell(b) if bwd else "", _cell(f, "steady") if f else "",
+                 _cell(b, "steady") if b else ""])
+  return _table(["work", "forward", "backward", "forward, steady malloc",
+                 "backward, steady malloc"], rows)
+
+
+def extra_table(results: Sequence[dict[str, Any]], name: str) -> str:
+  """The rows an extra run measured: the main run's ratio beside the extra run's."""
+  rows = []
+  for r in results:
+    e = r.get(name)
+    if not e:
+      continue
+    rows.append([r["label"], _ms(r["jaxops_s"]),
+                 f"{_x(r['ratio_best_agreeing_peer'])} ({r['best_agreeing_peer']})",
+                 _n(r.get("jaxops_faults")), _ms(e["jaxops_s"]), _extra_ratio(r, name),
+                 _n(e["jaxops_faults"])])
+  return _table(["case", "jaxops ms, main run", "jaxops / best agreeing peer, main run",
+                 "jaxops faults / call, main run", f"jaxops ms, {name}",
+                 f"jaxops / best agreeing peer, {name}", f"jaxops faults / call, {name}"], rows)
 
 
 def detail_table(results: Sequence[dict[str, Any]]) -> str:
@@ -92,11 +218,11 @@ def detail_table(results: Sequence[dict[str, Any]]) -> str:
     for s in r["systems"]:
       vs = _x(s["median_s"] / t) if t and s["median_s"] else "—"
       rows.append([r["label"], s["name"], _ms(s["median_s"]), _ms(s["compile_s"]), vs,
-                   s["agreement"], s["note"]])
+                   _n(s.get("faults")), _mb(s.get("alloc_bytes")), s["agreement"], s["note"]])
     for m in r["missing"]:
-      rows.append([r["label"], m["name"], "—", "—", "—", "not run", m["reason"]])
+      rows.append([r["label"], m["name"], *["—"] * 5, "not run", m["reason"]])
   return _table(["case", "system", "median ms", "compile/setup ms", "time / jaxops",
-                 "agreement", "label"], rows)
+                 "faults / call", "MiB / call (JAX)", "agreement", "label"], rows)
 
 
 def case_text(r: dict[str, Any]) -> str:
@@ -199,17 +325,33 @@ device and in the same blocks: the time to move those bytes once. GB/s columns a
 (read + write) over the median time.
 On a GPU the resize and pool inputs have a batch {gpu_batch} times larger than on the CPU.
 The process is pinned to --threads CPUs (sched_setaffinity), which sizes XLA's CPU thread pool;
-torch uses torch.set_num_threads(--threads). On glibc the process keeps freed memory for reuse
-(`--malloc steady`, the default: one malloc arena, no mmap, no trimming below 1 GiB, set before
-jax and torch start), as onnxruntime's arena and the GPU caching allocators do. With glibc's
-defaults, blocks of 32 MiB and more and trimmed heaps go back to the OS after each call and are
-faulted in again on the next, in some processes and not others: Resize linear 2x took 16-18 ms
-(6452 page faults per call) or 5-7 ms, a 16M float32 -> bfloat16 cast 15-18 ms or 4 ms, by the
-luck of the process. The setting applies to every system in the process alike (PyTorch's cast
-gained as much as jaxops'); `--malloc default` measures glibc as it is.
+torch uses torch.set_num_threads(--threads).
+The main table is what a user who changes nothing gets: glibc's allocator as it starts (unless
+the environment of `make bench` sets MALLOC_* variables; the run lines below say) and JAX's
+default, asynchronous, CPU dispatch. Under glibc's defaults a block of 32 MiB or more is mapped
+afresh on every call and faulted in page by page (4 KiB each), and per-thread arenas give freed
+heap memory back to the OS; the "faults / call" columns count the minor page faults of the whole
+process during each timed call (getrusage), and "MiB / call" and "largest block" are what XLA
+allocates per call (output + temporaries, from its compiled memory analysis; XLA on the CPU
+allocates all of a call's temporaries as one block). Both counters do not depend on the load.
+The "steady malloc" column comes from the same cases run again in a child process started with
+`MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824` (one arena, no mmap,
+no trimming below 1 GiB: freed memory is kept for the next call, as onnxruntime's arena and the
+GPU caching allocators do); the setting applies to every system in that process alike.
+`--malloc steady` sets the same with mallopt in the main process; `--no-extras` skips the
+child runs.
+Some rows also time the plain XLA op that a JAX user would write without jaxops, as a
+reference that is never a peer: `x.astype(dtype)` (after a clip where ONNX saturates) for the
+casts, `jnp.mean` over H and W on the same NCHW input for GlobalAveragePool. jaxops' bfloat16
+and float16 casts are that same single XLA convert, so "jaxops / plain XLA op" near 1 with a
+ratio to PyTorch above 1 is XLA's convert kernel (and allocation), not jaxops; likewise
+GlobalAveragePool's backward against flax, which pools channels-last, where the gradient's
+broadcast runs along the long contiguous axis instead of ONNX's 7x7 minor axes.
 JAX programs are dispatched as JAX does by default (asynchronously: a program of 1000 flops or
-more runs on a worker thread, and each timed call waits for it); `--sync-dispatch` runs them on
-the calling thread."""
+more runs on a worker thread, and each timed call waits for it). The GlobalAveragePool cases
+also run in a child process with `--sync-dispatch` (`jax.config.update(
+"jax_cpu_enable_async_dispatch", False)`: programs run on the calling thread), in their own
+table."""
 
 
 DEVICES = (("cpu", "CPU"), ("gpu", "GPU"))
@@ -231,6 +373,26 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
       "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
       "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),
   ]
+
+
+def _extra_lines(run: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[str]:
+  """The extra runs' settings and the synchronous-dispatch table, where they ran."""
+  extras = run["machine"].get("extras") or {}
+  lines = []
+  if extras.get("steady"):
+    m = extras["steady"]
+    env = " ".join(f"{k}={v}" for k, v in m.get("environment", {}).items())
+    lines += ["", f"The steady malloc column: the same cases in a child process started with "
+              f"`{env}` (malloc: {m.get('malloc')}); load average at its end: {m.get('load')}."]
+  if extras.get("sync"):
+    m = extras["sync"]
+    lines += ["", "### CPU: synchronous JAX dispatch", "",
+              "The cases below again, in a child process with `--sync-dispatch` "
+              f"(JAX CPU dispatch: {m.get('jax_dispatch')}; malloc: {m.get('malloc')}; load "
+              f"average at its end: {m.get('load')}). A user gets this with "
+              "`jax.config.update(\"jax_cpu_enable_async_dispatch\", False)` before the first "
+              "computation.", "", extra_table(rows, "sync")]
+  return lines
 
 
 def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
@@ -261,6 +423,9 @@ def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
         "below); \"best agreeing peer\" is the fastest whose output agrees with jaxops'.",
         "",
         summary_table(rows),
+        *_extra_lines(runs[dev], rows),
+        *(["", "### CPU: the README's headline", "", headline_table(rows)] if dev == "cpu"
+          else []),
         "",
         f"### {title}: every system",
         "",

@@ -64,9 +64,23 @@ def _build(c: CastCase) -> Any:
       b.skip("onnxruntime", ORT_NOT_ON_GPU)
       b.skip("numpy", "host only")
     b.add("torch", lambda: _torch(c, x, ctx), note=clip_note)
+    b.add(XLA_CONVERT, lambda: b.jax(_xla_convert(c, target), x), peer=False,
+          note="not a peer: XLA's own convert (after a clip where ONNX saturates), what a JAX "
+               "user writes without jaxops")
     return b, (x.nbytes, x.size * target.itemsize), target
 
   return build
+
+
+XLA_CONVERT = "jax astype"
+
+
+def _xla_convert(c: CastCase, target: Any) -> Any:
+  import jax.numpy as jnp
+  if c.clip is None:
+    return lambda a: a.astype(target)
+  bound = c.clip
+  return lambda a: jnp.clip(a, -bound, bound).astype(target)
 
 
 def _torch(c: CastCase, x: np.ndarray, ctx: Context) -> Any:

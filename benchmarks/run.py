@@ -5,7 +5,13 @@ Usage::
   python -m benchmarks.run                       # everything; writes benchmarks/RESULTS.md + PNG
   python -m benchmarks.run --only resize,cast    # cases whose label contains one of the words
   python -m benchmarks.run --reps 3 --threads 4 --json out/bench.json
+  python -m benchmarks.run --no-extras           # the main table only (about half the time)
   python benchmarks/run.py --list                # the case labels, nothing run
+
+The main table is measured as a user who changes nothing gets it: glibc's allocator defaults and
+JAX's default (asynchronous) CPU dispatch. Then, unless --no-extras, the same cases run again in a
+child process started with the allocator settings of STEADY_ENV (the README's advice), and the
+GlobalAveragePool cases once more with synchronous JAX dispatch; both become extra columns.
 
 On a machine with a CUDA GPU (jax with CUDA and/or torch with CUDA) the same cases also run on
 the GPU against torch CUDA and jax.image, with the device's copy bandwidth measured in the same
@@ -15,10 +21,12 @@ run. The method is in ``benchmarks/_harness.py`` and in RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # `python benchmarks/run.py`: make the repository importable
   sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,16 +51,21 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                       "benchmarks/); RESULTS.md shows the latest run on each device found there")
   p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                  help="auto: CPU, plus GPU when one is present (default)")
-  p.add_argument("--malloc", choices=("steady", "default"), default="steady",
-                 help="steady: glibc keeps freed memory for the next call (one arena, no mmap, "
+  p.add_argument("--malloc", choices=("default", "steady"), default="default",
+                 help="default: glibc as it is, what a user who changes nothing gets (default); "
+                      "steady: glibc keeps freed memory for the next call (one arena, no mmap, "
                       "no trimming below 1 GiB), set before jax or torch start, so no system "
-                      "faults its outputs in again on every call; default: glibc as it is "
-                      "(default: steady; see steady_malloc)")
+                      "faults its outputs in again on every call (see steady_malloc)")
+  p.add_argument("--no-extras", dest="extras", action="store_false",
+                 help="skip the extra columns: the same cases in a child process with the "
+                      "steady allocator settings from the environment (STEADY_ENV), and the "
+                      f"cases matching {SYNC_WORDS!r} with --sync-dispatch")
   p.add_argument("--sync-dispatch", action="store_true",
                  help="run JAX programs on the calling thread (jax_cpu_enable_async_dispatch "
                       "off). Default: JAX's default, async dispatch, which hands every program "
                       "of 1000 or more flops to a worker thread; on tiny cases that handoff, not "
                       "the computation, is most of the time")
+  p.add_argument("--exact", default="", help=argparse.SUPPRESS)  # "|"-separated labels (extras)
   p.add_argument("--tiny", action="store_true", help="tiny sizes (the smoke test)")
   p.add_argument("--list", action="store_true", help="print the selected case labels and exit")
   args = p.parse_args(argv)
@@ -79,6 +92,21 @@ def pin_threads(threads: int) -> None:
 # glibc's mallopt parameters (malloc.h); values are C ints.
 M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
 _KEEP_BYTES = 1 << 30
+# The same settings as environment variables, read by glibc when a process starts: what the
+# README tells users to set, and what the extra "steady" column is measured with.
+STEADY_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0",
+              "MALLOC_TRIM_THRESHOLD_": str(_KEEP_BYTES)}
+# Every environment variable through which glibc's malloc can be tuned.
+MALLOC_ENV = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_",
+              "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_TEST", "GLIBC_TUNABLES")
+# Cases measured again with synchronous JAX dispatch (an extra column).
+SYNC_WORDS = "GlobalAveragePool"
+
+
+def malloc_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+  """The glibc malloc settings present in ``environ`` (default: this process's environment)."""
+  environ = os.environ if environ is None else environ
+  return {k: environ[k] for k in MALLOC_ENV if k in environ}
 
 
 def steady_malloc(mode: str) -> str:
@@ -97,6 +125,9 @@ def steady_malloc(mode: str) -> str:
   the process alike. "default" leaves glibc as it is.
   """
   if mode == "default":
+    env = malloc_env()
+    if env:
+      return "glibc, from the environment: " + " ".join(f"{k}={v}" for k, v in env.items())
     return "glibc default"
   try:
     import ctypes
@@ -149,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   words = [w.strip().lower() for w in args.only.split(",") if w.strip()]
   if words:
     specs = [s for s in specs if any(w in s.label.lower() for w in words)]
+  if args.exact:
+    exact = set(args.exact.split("|"))
+    specs = [s for s in specs if s.label in exact]
   if args.list:
     print("\n".join(s.label for s in specs))
     return 0
@@ -163,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(gpu_reason, file=sys.stderr)
     return 2
   devices = {"auto": ["cpu"] + (["gpu"] if gpu else []), "cpu": ["cpu"], "gpu": ["gpu"]}
+  if args.extras and "cpu" in devices[args.device]:
+    print(f"main run: malloc {malloc}; the extra columns follow in child processes", flush=True)
   results = []
   for device in devices[args.device]:
     ctx = _harness.Context(device, args.tiny, args.threads)
@@ -180,6 +216,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   meta = _report.machine(args.threads, argv, gpu)
   meta["malloc"] = malloc
   meta["jax_dispatch"] = "sync (calling thread)" if args.sync_dispatch else "async (JAX default)"
+  if args.extras and "cpu" in devices[args.device]:
+    labels = [r["label"] for r in results if r["device"] == "cpu"]
+    steady = extra_run(args, labels, STEADY_ENV, [])
+    sync = extra_run(args, [x for x in labels if SYNC_WORDS.lower() in x.lower()],
+                     {}, ["--sync-dispatch"])
+    meta["extras"] = {"steady": steady["meta"], "sync": sync["meta"]}
+    _report.attach(results, "steady", steady["results"])
+    _report.attach(results, "sync", sync["results"])
   _report.write(meta, results, devices[args.device], args.out, args.reps, args.runs, gpu_reason,
                 args.json)
   print()
@@ -188,7 +232,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{device.upper()} (jaxops / best peer; < 1: jaxops faster)")
     print(_report.summary_table(rows))
   print(f"\nwrote {args.out / 'RESULTS.md'} and {args.out / 'ratios.png'}")
+  cpu_rows = [r for r in results if r["device"] == "cpu"]
+  if cpu_rows:
+    headline = _report.headline_table(cpu_rows)
+    print("\nREADME headline (jaxops / fastest agreeing peer)\n" + headline)
+    full = not words and not args.exact and not args.tiny and args.extras
+    if full and args.out.resolve() == HERE and args.malloc == "default":
+      readme = HERE.parent / "README.md"
+      if update_readme(readme, headline, meta):
+        print(f"updated the headline table in {readme}")
   return 0
+
+
+README_START = "<!-- bench:headline:start (written by python -m benchmarks.run) -->"
+README_END = "<!-- bench:headline:end -->"
+
+
+def update_readme(readme: Path, table: str, meta: dict[str, Any]) -> bool:
+  """Replace the text between README_START and README_END in ``readme`` with ``table`` and the
+  line that says where it was measured; False (nothing written) where the markers are missing."""
+  if not readme.exists():
+    return False
+  text = readme.read_text()
+  a, b = text.find(README_START), text.find(README_END)
+  if a < 0 or b < a:
+    return False
+  where = (f"Measured by `{meta['command'].strip()}` on {meta['date']}: {meta['cpu']}, "
+           f"{meta['threads']} threads, load average {meta['load']} at the end, malloc: "
+           f"{meta['malloc']}, JAX CPU dispatch: {meta['jax_dispatch']}.")
+  body = f"{README_START}\n{where}\n\n{table}\n"
+  readme.write_text(text[:a] + body + text[b:])
+  return True
+
+
+def extra_run(args: argparse.Namespace, labels: Sequence[str], env: dict[str, str],
+              flags: Sequence[str]) -> dict[str, Any]:
+  """Run the cases ``labels`` (CPU) in a child process with ``env`` added to a copy of this
+  environment whose glibc malloc settings are removed first, and ``flags``; its JSON record."""
+  import subprocess
+  import tempfile
+  if not labels:
+    return {"meta": None, "results": []}
+  child_env = {k: v for k, v in os.environ.items() if k not in MALLOC_ENV}
+  child_env.update(env)
+  with tempfile.TemporaryDirectory() as tmp:
+    out = Path(tmp)
+    cmd = [sys.executable, "-m", "benchmarks.run", "--no-extras", "--device", "cpu",
+           "--exact", "|".join(labels), "--reps", str(args.reps), "--runs", str(args.runs),
+           "--threads", str(args.threads), "--out", str(out / "out"), "--json",
+           str(out / "r.json"), *(["--tiny"] if args.tiny else []), *flags]
+    what = " ".join([*(f"{k}={v}" for k, v in env.items()), *flags])
+    print(f"\nextra run ({what}): {len(labels)} cases", flush=True)
+    proc = subprocess.run(cmd, env=child_env, cwd=HERE.parent, check=False)
+    if proc.returncode != 0:
+      raise SystemExit(f"the extra run ({what}) failed with exit status {proc.returncode}")
+    record = json.loads((out / "r.json").read_text())
+  meta = record["machine"]
+  meta["environment"] = env
+  return {"meta": meta, "results": record["results"]}
 
 
 if __name__ == "__main__":

@@ -109,7 +109,10 @@ class StrEnum(str, enum.Enum):
     if isinstance(value, cls):
       return value
     if isinstance(value, bytes):
-      value = value.decode()
+      try:
+        value = value.decode()
+      except UnicodeDecodeError:
+        pass  # not one of the names: the error below lists them
     if isinstance(value, str):
       for member in cls:
         if member.value == value:

@@ -58,10 +58,7 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
     raise _checks.type_error(_OP, "value", value, "a numeric or bool one-element array "
                              "(ConstantOfShape has no STRING output)")
   if not isinstance(value, (np.ndarray, np.generic, jax.Array)):
-    try:
-      value = jnp.asarray(value)
-    except (TypeError, ValueError):
-      raise _checks.type_error(_OP, "value", value, "a numeric or bool one-element array") from None
+    value = _checks.as_array(value, _OP, "value")
   dtype = np.dtype(value.dtype)
   if dtype not in _VALUE_DTYPES:
     try:
@@ -90,9 +87,9 @@ def _dims(shape: Any) -> tuple[int, ...]:
   except (TypeError, ValueError) as e:
     if str(e).startswith(_OP):  # traced: concrete's own message says how to fix it
       raise
-    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)") from None
+    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers") from None
   if arr.size and arr.dtype.kind not in ("i", "u"):  # ONNX's shape is an int64 tensor
-    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers (the dims)")
+    raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers")
   dims = _checks.int_tuple(_OP, "shape", arr)
   if any(d < 0 for d in dims):
     raise _checks.value_error(_OP, "shape", shape, "dims >= 0")

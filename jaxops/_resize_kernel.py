@@ -241,13 +241,22 @@ ad.deflinear2(_taps_p, _taps_transpose)
 
 def _taps_jvp(primals: tuple, tangents: tuple, *, axis: int, table: Table,
               barrier: tuple[bool, bool]) -> tuple[jax.Array, Any]:
-  """Linear JVP; under differentiation the primal result is materialised (unless a pure copy).
+  """Linear JVP; under differentiation the primal result is materialised (unless a pure copy
+  or a small upsampling pass, see below).
 
   The backward pass reads the forward result (e.g. the ``2 * y`` of a squared loss), so keeping
   it behind a fusion barrier stops XLA from recomputing it inside the first transposed pass.
   """
   (x,), (t,) = primals, tangents
-  keep = table.live_taps > 1 or barrier[0]  # pure copies are as cheap to recompute as to read
+  if table.live_taps <= 2 and table.n_out >= table.n_in:
+    # An upsampling pass of at most two live taps (nearest, linear) is cheap to recompute where
+    # it is read: left to XLA's fusion, neither its result nor its transpose's is materialised
+    # behind a barrier. Each barrier keeps one more output-sized block alive per call, and on
+    # glibc's default allocator a call's temporaries past its mmap threshold are mapped and
+    # faulted in afresh on every call (benchmarks/RESULTS.md counts both).
+    barrier, keep = (False, False), False
+  else:
+    keep = table.live_taps > 1 or barrier[0]  # pure copies are as cheap to recompute as to read
   y = _taps_p.bind(x, axis=axis, table=table, barrier=(keep, barrier[1]))
   if type(t) is ad.Zero:
     return y, ad.Zero(t.aval.update(shape=y.shape))

@@ -7,6 +7,8 @@ covers every case, and that the method drops and interleaves runs as documented.
 from __future__ import annotations
 
 import json
+from typing import Any
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ pytest.importorskip("flax")
 pytest.importorskip("matplotlib")
 
 from benchmarks import _harness  # noqa: E402
+from benchmarks.run import MALLOC_ENV, STEADY_ENV, malloc_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OP_FUNCTIONS = {"Resize": "resize", "AveragePool": "average_pool",
@@ -36,7 +39,8 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   before = committed.read_bytes() if committed.exists() else None
   out = tmp_path / "out"
   proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",
-              "--device", "cpu", "--out", str(out), "--json", str(tmp_path / "r.json"))
+              "--device", "cpu", "--no-extras", "--out", str(out), "--json",
+              str(tmp_path / "r.json"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   listed = _run("benchmarks/run.py", "--list")  # the script entry point works too
   assert listed.returncode == 0, listed.stderr[-3000:]
@@ -53,19 +57,42 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
       assert r["jaxops_s"] is not None, (r["label"], r["missing"])
       assert r["ratio_floor"] is not None
     assert r["floor_s"] is not None and r["bytes_moved"] > 0
+    assert r["jaxops_faults"] is None or r["jaxops_faults"] >= 0
+    if r["jaxops_s"] is not None:  # XLA's memory analysis: the output is allocated per call
+      assert r["jaxops_alloc_bytes"] > 0 and 0 < r["jaxops_largest_block"] <= r[
+          "jaxops_alloc_bytes"], r["label"]
     for s in r["systems"]:  # every peer was compared; one that differs must say why
       assert s["agreement"].startswith(("agrees", "DIFFERS", "reference")), (r["label"], s)
       assert s["agrees"] or s["note"], (r["label"], s["name"], s["agreement"])
   text = (out / "RESULTS.md").read_text()
   for heading in ("## Method", "## CPU", "## GPU", "load average", "ratios.png"):
     assert heading in text
-  # The run says how memory and JAX dispatch were set up (both change CPU timings).
-  assert "malloc: steady" in text or "malloc: not glibc" in text
+  # The run says how memory and JAX dispatch were set up (both change CPU timings); the main
+  # table is glibc's allocator as the process started (defaults unless the environment says).
+  assert "malloc: glibc" in text
   assert "JAX CPU dispatch: async (JAX default)" in text
+  assert "jaxops faults / call" in text and "jaxops MiB / call" in text
+  assert "best agreeing peer, steady malloc" not in text  # --no-extras: no child runs
   assert (out / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert json.loads((out / "results-cpu.json").read_text())["results"] == results
   after = committed.read_bytes() if committed.exists() else None
   assert before == after, "the smoke run must not write into the repository"
+
+
+def test_extra_runs_add_the_steady_column_and_the_sync_dispatch_table(tmp_path: Path) -> None:
+  out = tmp_path / "out"
+  proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",
+              "--device", "cpu", "--only", "GlobalAveragePool 2d fwd", "--out", str(out),
+              "--json", str(tmp_path / "r.json"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  (r,) = json.loads((tmp_path / "r.json").read_text())["results"]
+  assert r["label"] == "GlobalAveragePool 2d fwd"
+  for extra in ("steady", "sync"):
+    assert r[extra]["jaxops_s"] > 0 and r[extra]["ratio_best_agreeing_peer"] > 0, r
+  text = (out / "RESULTS.md").read_text()
+  assert "jaxops / best agreeing peer, steady malloc" in text
+  assert "MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824" in text
+  assert "### CPU: synchronous JAX dispatch" in text and "sync (calling thread)" in text
 
 
 def test_eager_command_at_tiny_sizes() -> None:
@@ -77,9 +104,9 @@ def test_eager_command_at_tiny_sizes() -> None:
     assert any(r.startswith(name) and len(r.split()) >= 5 for r in rows), (name, proc.stdout)
 
 
-def test_steady_malloc_keeps_freed_memory() -> None:
-  # In a fresh process: after --malloc steady's settings, a freed 32 MiB block is reused
-  # without page faults; with glibc's defaults it is given back and faulted in again.
+def _fault_probe(mode: str, env: dict[str, str]) -> tuple[str, int]:
+  """In a fresh process whose environment has no glibc malloc settings but ``env``: after
+  ``steady_malloc(mode)``, the page faults per malloc/memset/free of a 32 MiB block."""
   code = (
       "import ctypes, resource, sys\n"
       "from benchmarks.run import steady_malloc\n"
@@ -91,15 +118,35 @@ def test_steady_malloc_keeps_freed_memory() -> None:
       "  if i == 2: f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
       "  p = libc.malloc(n); ctypes.memset(p, 1, n); libc.free(p)\n"
       "print(said, '|', (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) // 2)\n")
+  child = {k: v for k, v in os.environ.items() if k not in MALLOC_ENV}
+  child.update(env)
+  proc = subprocess.run([sys.executable, "-c", code, mode], cwd=ROOT, capture_output=True,
+                        text=True, timeout=120, check=False, env=child)
+  assert proc.returncode == 0, proc.stderr
+  said, faults = proc.stdout.split("|")
+  return said.strip(), int(faults)
+
+
+def test_steady_malloc_keeps_freed_memory() -> None:
+  # A freed 32 MiB block (8192 pages) is reused without page faults under --malloc steady's
+  # settings and under the environment variables the README gives users (STEADY_ENV); with
+  # glibc's defaults it is given back and faulted in again. Each probe runs in a child process
+  # whose environment is controlled here, so the caller's MALLOC_* settings change nothing.
   if sys.platform != "linux":
     pytest.skip("glibc's mallopt is Linux-only")  # never on CI (Linux)
-  steady = _run("-c", code, "steady")
-  default = _run("-c", code, "default")
-  assert steady.returncode == 0 and default.returncode == 0, steady.stderr + default.stderr
-  said, faults = steady.stdout.split("|")
-  assert said.startswith("steady") and int(faults) < 100, steady.stdout
-  said, faults = default.stdout.split("|")
-  assert said.startswith("glibc default") and int(faults) > 4000, default.stdout
+  said, faults = _fault_probe("steady", {})
+  assert said.startswith("steady") and faults < 100, (said, faults)
+  said, faults = _fault_probe("default", {})
+  assert said == "glibc default" and faults > 4000, (said, faults)
+  said, faults = _fault_probe("default", STEADY_ENV)
+  assert said.startswith("glibc, from the environment: MALLOC_ARENA_MAX=1") and faults < 100, (
+      said, faults)
+
+
+def test_malloc_env_lists_only_glibc_settings() -> None:
+  env = {"MALLOC_ARENA_MAX": "2", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "PATH": "/bin"}
+  assert malloc_env(env) == {"MALLOC_ARENA_MAX": "2", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+  assert set(STEADY_ENV) <= set(MALLOC_ENV)
 
 
 def test_unknown_only_word_is_an_error() -> None:
@@ -148,3 +195,40 @@ def test_check_lists_a_system_that_fails_when_run_as_missing() -> None:
   assert [s.name for s in case.systems] == ["jaxops", "flax"]
   assert case.missing == [("torch", "failed when run: RuntimeError: out of memory")]
   assert (ok.agreement, case.systems[1].agrees) == ("reference", False)
+
+
+def test_headline_table_and_readme_update(tmp_path: Path) -> None:
+  from benchmarks import _report
+  from benchmarks.run import README_END, README_START, update_readme
+
+  def row(label: str, ratio: float, peer: str, **extra: Any) -> dict[str, Any]:
+    return {"label": label, "device": "cpu", "ratio_best_agreeing_peer": ratio,
+            "best_agreeing_peer": peer, "ratio_best_peer": ratio, "best_peer": peer, **extra}
+
+  rows = [row("Resize linear x2 fwd", 0.5, "torch",
+              steady={"ratio_best_agreeing_peer": 0.4, "best_agreeing_peer": "torch"}),
+          row("GlobalAveragePool 2d fwd", 1.5, "torch",
+              sync={"ratio_best_agreeing_peer": 0.7, "best_agreeing_peer": "torch"}),
+          {"label": "Resize linear x0.25 antialias bwd", "device": "cpu",
+           "ratio_best_agreeing_peer": None, "best_agreeing_peer": None,
+           "ratio_best_peer": 0.35, "best_peer": "torch"}]
+  table = _report.headline_table(rows)
+  lines = table.split("\n")
+  assert lines[0] == ("| work | forward | backward | forward, steady malloc | backward, "
+                      "steady malloc |")
+  # A pass without a row here (e.g. not selected with --only) is left empty.
+  assert "| Resize linear 2x, 8x3x256x256 | 0.50 vs torch |  | 0.40 vs torch |  |" in lines
+  assert ("| GlobalAveragePool, 8x512x7x7 | 1.50 vs torch (sync dispatch: 0.70 vs torch) |  | — "
+          "|  |") in lines
+  assert any("no peer agrees (0.35 vs torch, differs)" in x for x in lines)
+  readme = tmp_path / "README.md"
+  readme.write_text(f"intro\n{README_START}\nold\n{README_END}\nrest\n")
+  meta = {"command": "python -m benchmarks.run ", "date": "D", "cpu": "C", "threads": 2,
+          "load": "L", "malloc": "glibc default", "jax_dispatch": "async (JAX default)"}
+  assert update_readme(readme, table, meta)
+  text = readme.read_text()
+  assert text.startswith(
+      f"intro\n{README_START}\nMeasured by `python -m benchmarks.run` on D") and "old" not in text
+  assert text.endswith(f"{table}\n{README_END}\nrest\n")
+  readme.write_text("no markers\n")
+  assert not update_readme(readme, table, meta) and readme.read_text() == "no markers\n"

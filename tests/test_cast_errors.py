@@ -114,7 +114,7 @@ def test_malformed_calls_name_op_and_argument(name):
   assert str(info.value).startswith(("jaxops.cast: ", "jaxops.cast_like: "))
 
 
-# --- the ONNX front end ----------------------------------------------------------------------------
+# --- the ONNX front end -------------------------------------------------------------------------
 
 
 def _node(op, inputs, **attrs):
@@ -124,55 +124,60 @@ def _node(op, inputs, **attrs):
 _SHAPE = np.array([2], np.int64)
 _VALUE2 = onnx.numpy_helper.from_array(np.array([1.0, 2.0], np.float32))
 
-# (node, inputs, opset, exception, message pattern)
+# (node, inputs, opset, exception, message pattern). The backend checks attribute names and
+# types against the schema when the model is prepared, and input types and ranks before a node
+# runs (jaxops/onnx/_registry.py: check_attributes, check_node); the adapters check the rest.
+_NODE = r"jaxops.onnx: node '' "
 _BAD_NODES = {
     "Cast without to": (_node("Cast", ["x"]), [X], 13, ValueError,
-                        r"\(Cast-13\): needs the attribute `to`"),
+                        _NODE + r"\(Cast-13\): needs the attribute `to`"),
     "Cast to unknown enum": (_node("Cast", ["x"], to=99), [X], 13, ValueError,
                              r"jaxops.onnx: Cast version 13: argument `to` must be an ONNX"),
     "Cast to a float": (_node("Cast", ["x"], to=1.5), [X], 13, TypeError,
-                        r"\(Cast-13\): attribute `to` must be of type INT"),
+                        _NODE + r"\(Cast-13\): attribute `to` must be of type INT; got FLOAT"),
     "Cast-13 to a name": (_node("Cast", ["x"], to="FLOAT"), [X], 13, TypeError,
-                          r"\(Cast-13\): attribute `to` must be of type INT"),
+                          _NODE + r"\(Cast-13\): attribute `to` must be of type INT; got STRING"),
     "Cast-1 to an enum": (_node("Cast", ["x"], to=1), [X], 1, TypeError,
-                          r"\(Cast-1\): attribute `to` must be of type STRING"),
+                          _NODE + r"\(Cast-1\): attribute `to` must be of type STRING; got INT"),
     "Cast-1 unknown name": (_node("Cast", ["x"], to="FLOATY"), [X], 1, ValueError,
                             r"jaxops.onnx: Cast version 1: argument `to` must be an ONNX type"),
     "Cast unknown attribute": (_node("Cast", ["x"], to=1, foo=3), [X], 13, ValueError,
-                               r"\(Cast-13\): has no attribute `foo`"),
+                               _NODE + r"\(Cast-13\): has no attribute `foo`"),
     "Cast-13 saturate": (_node("Cast", ["x"], to=17, saturate=1), [X], 13, ValueError,
-                         r"\(Cast-13\): has no attribute `saturate`"),
+                         _NODE + r"\(Cast-13\): has no attribute `saturate`"),
     "Cast saturate 2": (_node("Cast", ["x"], to=17, saturate=2), [X], 19, TypeError, _SAT),
     "Cast saturate str": (_node("Cast", ["x"], to=17, saturate="1"), [X], 19, TypeError,
-                          r"\(Cast-19\): attribute `saturate` must be of type INT"),
+                          _NODE + r"\(Cast-19\): attribute `saturate` must be of type INT"),
     "Cast round_mode": (_node("Cast", ["x"], to=24, round_mode="ceil"), [X], 24, ValueError,
                         _MODE),
     "Cast no input": (_node("Cast", [], to=1), [], 13, ValueError,
-                      r"\(Cast-13\): takes 1 input\(s\); got 0"),
+                      _NODE + r"\(Cast-13\): takes 1 input\(s\); got 0"),
     "Cast complex input": (_node("Cast", ["x"], to=1), [np.ones(2, np.complex64)], 13, TypeError,
-                           r"\(Cast-13\): input 0 \(`input`\) has element type COMPLEX64"),
+                           _NODE + r"\(Cast-13\): input 0 \(`input`\) has element type "
+                           r"COMPLEX64"),
     "Cast to complex": (_node("Cast", ["x"], to=T.COMPLEX64), [X], 13, TypeError,
-                        r"Cast version 13 does not allow `to` of type COMPLEX64"),
+                        r"jaxops.onnx: Cast version 13 does not allow `to` of type COMPLEX64"),
     "CastLike one input": (_node("CastLike", ["x"]), [X], 15, ValueError,
-                           r"\(CastLike-15\): takes 2 input\(s\); got 1"),
+                           _NODE + r"\(CastLike-15\): takes 2 input\(s\); got 1"),
     "CastLike saturate at 15": (_node("CastLike", ["x", "l"], saturate=0), [X, X], 15,
-                                ValueError, r"\(CastLike-15\): has no attribute `saturate`"),
+                                ValueError, _NODE + r"\(CastLike-15\): has no attribute "
+                                r"`saturate`"),
     "ConstantOfShape two values": (_node("ConstantOfShape", ["s"], value=_VALUE2), [_SHAPE], 9,
                                    ValueError, r"jaxops.constant_of_shape: argument `value` must "
                                    r"be a one-element array"),
     "ConstantOfShape float value": (_node("ConstantOfShape", ["s"], value=1.5), [_SHAPE], 9,
-                                    TypeError, r"\(ConstantOfShape-9\): attribute `value` "
-                                    r"must be of type TENSOR"),
+                                    TypeError, _NODE + r"\(ConstantOfShape-9\): attribute "
+                                    r"`value` must be of type TENSOR"),
     "ConstantOfShape negative": (_node("ConstantOfShape", ["s"]), [np.array([-2], np.int64)], 9,
                                  ValueError, r"argument `shape` must be dims >= 0"),
     "ConstantOfShape float shape": (_node("ConstantOfShape", ["s"]), [np.array([2.0])], 9,
-                                    TypeError, r"\(ConstantOfShape-9\): input 0 \(`input`\) "
-                                    r"has element type DOUBLE"),
+                                    TypeError, _NODE + r"\(ConstantOfShape-9\): input 0 "
+                                    r"\(`input`\) has element type DOUBLE"),
     "ConstantOfShape 2-D shape": (_node("ConstantOfShape", ["s"]), [np.array([[2]], np.int64)],
-                                  9, ValueError, r"\(ConstantOfShape-9\): input 0 \(`input`\) "
-                                  r"has rank 2 .* must have rank 1"),
+                                  9, ValueError, _NODE + r"\(ConstantOfShape-9\): input 0 "
+                                  r"\(`input`\) has rank 2"),
     "ConstantOfShape no input": (_node("ConstantOfShape", []), [], 9, ValueError,
-                                 r"\(ConstantOfShape-9\): takes 1 input\(s\); got 0"),
+                                 _NODE + r"\(ConstantOfShape-9\): takes 1 input\(s\); got 0"),
     "ConstantOfShape huge": (_node("ConstantOfShape", ["s"]), [np.array([2**40, 2**30], np.int64)],
                              9, ValueError, r"jaxops.constant_of_shape: the output would have "
                              r"shape \(1099511627776, 1073741824\)"),

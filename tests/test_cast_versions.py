@@ -182,13 +182,13 @@ def test_the_schema_reading_finds_each_types_first_version():
 _CAST_VERSIONS = (1, 6, 9, 13, 19, 21, 23, 24, 25, 28)
 
 
-def _checked_adapter(op, version):
-  """The adapter as the backend runs it: the shared schema check first, then the adapter."""
-  entry = _registry.ADAPTERS[(op, version)]
+def _runner(op, version):
+  """The node as the backend runs it: the shared input check, then the adapter (no model)."""
+  adapter = _registry.ADAPTERS[(op, version)]
 
   def run(inputs, attrs):
-    _registry.check_node("", entry, inputs, attrs)
-    return entry.fn(inputs, attrs)
+    _registry.check_node("n", adapter, inputs, attrs)
+    return adapter.fn(inputs, attrs)
 
   return run
 
@@ -197,7 +197,9 @@ def _checked_adapter(op, version):
 def test_cast_types_follow_the_schema(version):
   # Each held type as `to` (from float32) and as the input (to FLOAT, which every version has):
   # allowed by that version's schema -> the value 1 casts exactly; else a TypeError naming it.
-  adapter = _checked_adapter("Cast", version)
+  # Over the versions this is also the dtype contract of jaxops.cast for every type a JAX array
+  # holds, to and from float32 (the adapter calls the function behind jaxops.cast).
+  adapter = _runner("Cast", version)
   to_allowed, in_allowed = (_schema_types("Cast", version, p) for p in ("T2", "T1"))
   one = np.ones(2, np.float32)
   for t in _HELD:
@@ -223,7 +225,7 @@ def test_cast_types_follow_the_schema(version):
 
 @pytest.mark.parametrize("version", (15, 19, 21, 23, 24, 25))
 def test_cast_like_types_follow_the_schema(version):
-  adapter = _checked_adapter("CastLike", version)
+  adapter = _runner("CastLike", version)
   to_allowed, in_allowed = (_schema_types("CastLike", version, p) for p in ("T2", "T1"))
   one = np.ones(2, np.float32)
   for t in _HELD:
@@ -307,7 +309,7 @@ def test_constant_of_shape_dtypes_follow_the_schema(version):
   # `value` of each held type: allowed by that version's schema -> filled with it; else a
   # TypeError naming the type. Through the model path for the first version that allows a type.
   allowed = _schema_types("ConstantOfShape", version, "T2")
-  adapter = _registry.ADAPTERS[("ConstantOfShape", version)].fn
+  adapter = _runner("ConstantOfShape", version)
   shape = np.array([2, 3], np.int64)
   earlier = set().union(*[_schema_types("ConstantOfShape", v, "T2") for v in _VERSIONS
                           if v < version])

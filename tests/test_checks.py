@@ -73,3 +73,12 @@ def test_check_output_size_names_op_shape_and_bytes():
 def test_as_array_names_op_and_argument(value):
   with pytest.raises(TypeError, match=r"jaxops\.op: argument `img` must be an array of numbers"):
     _checks.as_array(value, "jaxops.op", "img")
+
+
+def test_mode_strings_name_the_allowed_values_even_for_undecodable_bytes():
+  class Mode(_checks.StrEnum):
+    A = "a"
+
+  assert Mode.from_string("jaxops.op", "mode", b"a") is Mode.A
+  with pytest.raises(ValueError, match=r"jaxops\.op: argument `mode` must be one of 'a'"):
+    Mode.from_string("jaxops.op", "mode", b"\xff")

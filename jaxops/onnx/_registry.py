@@ -212,9 +212,10 @@ def pool_rank(inputs: list[Any], attrs: dict[str, Any]) -> tuple[int, str] | Non
     return None
   want = len(np.asarray(kernel).reshape(-1)) + 2
   if np.ndim(inputs[0]) != want:
+    kernel_list = [int(k) for k in np.asarray(kernel).reshape(-1)]
     return 0, (f"has rank {np.ndim(inputs[0])} (shape {tuple(np.shape(inputs[0]))}); with "
-               f"kernel_shape {[int(k) for k in np.asarray(kernel).reshape(-1)]} it must have rank {want}: "
-               f"(N, C) and one axis per kernel axis")
+               f"kernel_shape {kernel_list} it must have rank {want}: (N, C) and one axis per "
+               f"kernel axis")
   return None
 
 
@@ -288,7 +289,9 @@ def ints(value: Any) -> tuple[int, ...] | None:
 # Each version's type constraints are read from onnx's schema; Cast-1's `to` is a type name.
 # Cast-19/21/23 (and CastLike-19/21/23, which defer to Cast) send +-Inf to NaN for the FNUZ
 # float8 types under saturate; Cast-24+ saturate them to +-max (jaxops' default): the adapters
-# call the internal cast functions, which take that switch.
+# call the internal cast functions, which take that switch. check_node checks the inputs' types
+# and check_attributes the attributes' names and types; the adapters check what those do not:
+# that the inputs and `to` are there, and the types `to` and `value` (attributes) name.
 
 def _allowed_types(op_type: str, since: int, param: str) -> frozenset[str]:
   """The ONNX element type names that ``param`` of ``op_type`` version ``since`` allows."""
@@ -315,17 +318,17 @@ def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
 
 def _casts_to_string(attrs: dict[str, Any]) -> bool:
   to = attr(attrs, "to", None)
-  return to == 8 or (isinstance(to, (str, bytes)) and to.upper() in ("STRING", b"STRING"))
+  return to == 8 or (isinstance(to, str) and to.upper() == "STRING")
 
 
 def _make_cast(since: int) -> Adapt:
   def cast_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops import _cast, _dtypes
+    from jaxops import _cast
 
     x = inputs[0]
     target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", attr(attrs, "to", None))
     _check_type("Cast", since, "T2", "`to`", target.name)
-    return [_cast.cast_internal(x, target.enum, **_cast_kwargs(since, attrs))]
+    return [_cast.cast_internal(inputs[0], target.enum, **_cast_kwargs(since, attrs))]
 
   return cast_adapter
 
@@ -355,17 +358,21 @@ def _make_constant_of_shape(since: int) -> Adapt:
   def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     from jaxops import _constant
 
-    shape = np.asarray(inputs[0])  # 1-D: the shared rank rule checked it
     value = attr(attrs, "value", None)
     if value is not None:
+      if not isinstance(value, np.ndarray):
+        raise TypeError(f"jaxops.onnx: ConstantOfShape version {since}: attribute `value` must "
+                        f"be a one-element tensor; got {value!r}")
       _check_type("ConstantOfShape", since, "T2", "`value`", _type_name(value))
-    return [_constant.constant_of_shape(shape, value)]
+    # The shared rank rule checked that the shape is 1-D.
+    return [_constant.constant_of_shape(np.asarray(inputs[0]), value)]
 
   return constant_of_shape_adapter
 
 
 for _v in (9, 20, 21, 23, 24, 25):
-  register("ConstantOfShape", _v, static_inputs=(0,), rank=exact_rank(1))(_make_constant_of_shape(_v))
+  register("ConstantOfShape", _v, static_inputs=(0,), rank=exact_rank(1))(
+      _make_constant_of_shape(_v))
 
 
 # --- Resize / Upsample --------------------------------------------------------------------------
