@@ -149,7 +149,17 @@ def _average_pool(x: jax.Array, plan: _AveragePlan) -> jax.Array:
   dtype = x.dtype
   if dtype in (jnp.float16, jnp.bfloat16):
     x = x.astype(jnp.float32)
-  axes = plan.axes
+  lead = x.ndim - len(plan.axes)
+  x = window_sums(x, plan.axes)
+  y = x / _divisor(plan.counts, lead, x.dtype)
+  return y.astype(dtype)
+
+
+def window_sums(x: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
+  """The sum of the zero-padded ``x`` over each window of the trailing ``len(axes)`` axes.
+
+  Linear in ``x`` (JAX transposes it into passes of the same kind). Shared with lp_pool.
+  """
   lead = x.ndim - len(axes)
   # Innermost axis first. Per axis, the faster of two ways to sum the windows (measured on CPU):
   # shifted slices of a (length / stride, stride) reshape where the windows tile the axis or the
@@ -165,8 +175,7 @@ def _average_pool(x: jax.Array, plan: _AveragePlan) -> jax.Array:
       x = _taps_sum(x, lead + i, a)
     else:
       x = _window_sum(x, lead + i, a)
-  y = x / _divisor(plan.counts, lead, x.dtype)
-  return y.astype(dtype)
+  return x
 
 
 def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
