@@ -126,9 +126,9 @@ def _lp_pool_any_p(x: Any, kernel_shape: Any, p: float, *, strides: Any = None, 
 
 
 def _power(x: jax.Array, p: float) -> jax.Array:
-  a = jnp.abs(x)
   if p == 1:
-    return a
+    return x * jnp.sign(x)  # |x| with the derivative sign(x): zero at zero
+  a = jnp.abs(x)
   if p == int(p):
     return lax.integer_pow(a, int(p))
   return a ** np.asarray(p, a.dtype)

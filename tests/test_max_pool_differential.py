@@ -267,15 +267,16 @@ def test_max_pool_sweep(chunk):
 
 
 def lp_reference_bug(cfg):
-  """onnx.reference's LpPool averages the in-input |x| ** p and scales by the kernel size, so it
-  is right only where no window reads padding."""
+  """Why onnx.reference is known to be wrong on this LpPool ``cfg`` (docs/DEVIATIONS.md)."""
   a = cfg["attrs"]
   auto_pad, dil, ceil_mode, strides, nd = _args(cfg)
   kernel, strides, dil, plans = _windows(cfg)
+  pads = a.get("pads", [0] * 2 * nd)
   for i, (out, pb) in enumerate(plans):
     ext = dil[i] * (kernel[i] - 1) + 1
-    if pb > 0 or (out - 1) * strides[i] + ext - pb > cfg["shape"][2 + i]:
-      return "padding: mean of the inside times the kernel size"
+    if auto_pad == "NOTSET" and (out - 1) * strides[i] + ext > cfg["shape"][2 + i] + pb + \
+        pads[nd + i]:
+      return "ceil_mode window past the padded input: mean of the inside times the kernel size"
   if auto_pad != "NOTSET" and (ceil_mode or any(d > 1 for d in dil)):
     return "auto_pad with ceil_mode or dilations"
   if auto_pad.startswith("SAME") and any(
