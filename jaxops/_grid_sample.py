@@ -181,7 +181,7 @@ def _axis_taps(g: Any, length: int, cfg: _Config) -> tuple[Any, Any, Any]:
       idx = jnp.clip(idx, 0, length - 1)
     elif cfg.mode is Mode.CUBIC and pad is PaddingMode.REFLECTION:
       idx = jnp.clip(jnp.round(_reflect(idx, length, cfg.align_corners)), 0, length - 1)
-  inside = (idx >= 0) & (idx <= length - 1)
+  inside = (idx >= 0) & (idx <= length - 1) & ~bad[..., None]
   w = jnp.where(inside, w, 0)
   idx = jnp.clip(idx, 0, length - 1).astype(jnp.int32)
   return idx, w, bad
