@@ -233,7 +233,7 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
               + ix.reshape(num, 1, cfg.out_w, 1, 2 * kx, 1))[..., 0]       # (R, P, Q, 2K, 2K)
       wts = wy.reshape(num, cfg.out_h, 1, 2 * ky, 1) * wx.reshape(num, 1, cfg.out_w, 1, 2 * kx)
       rows = _rows(xt, b, flat.reshape(num, -1)).reshape(*flat.shape, c)
-      out = jnp.einsum("rpqij,rpqijc->rcpq", wts, rows, precision=hi)
+      out = jnp.sum(wts[..., None] * rows, axis=(3, 4)).transpose(0, 3, 1, 2)
     else:
       ay = _dense(iy, wy, h)                                                # (R, P, H)
       ax = _dense(ix, wx, w_len)                                            # (R, Q, W)
