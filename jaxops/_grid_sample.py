@@ -232,15 +232,14 @@ def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> tuple[Any, An
   r = len(spatial)
   k = 2 if cfg.mode is Mode.LINEAR else 4
   p = 1 if cfg.mode is Mode.LINEAR else 4
-  starts, weight, bad = [], None, jnp.zeros(g.shape[:2], bool)
+  starts: list[Any] = []
+  weight: Any = jnp.ones(g.shape[:2], cdt)
+  bad = jnp.zeros(g.shape[:2], bool)
   for a in range(r):  # axis order: grid[..., r - 1 - a] is axis a
     start, w, nan_a = _block_axis(g[..., r - 1 - a], spatial[a], cfg, p)
     starts.append(start)
     bad = bad | nan_a
-    if weight is None:
-      weight = w
-    else:
-      weight = weight[..., None] * w.reshape(w.shape[:2] + (1,) * a + (k,))
+    weight = weight[..., None] * w.reshape(w.shape[:2] + (1,) * a + (k,))
   edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
   xl = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
   xp = jnp.pad(xl, [(0, 0)] + [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
