@@ -29,6 +29,7 @@ examples: $(VENV)/.installed-examples
 	$(PY) examples/quickstart.py
 	$(PY) examples/flax_training.py
 	$(PY) examples/crop_and_resize_boxes.py
+	$(PY) examples/affine_registration.py
 	$(PY) examples/sharded.py
 
 clean:

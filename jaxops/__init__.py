@@ -8,6 +8,8 @@ __version__ = "0.1.0"
 
 from jaxops._cast import cast as cast, cast_like as cast_like
 from jaxops._constant import constant_of_shape as constant_of_shape
+from jaxops._grid_sample import affine_grid as affine_grid
+from jaxops._grid_sample import grid_sample as grid_sample
 from jaxops._lp_pool import global_lp_pool as global_lp_pool
 from jaxops._lp_pool import lp_pool as lp_pool
 from jaxops._max_pool import global_max_pool as global_max_pool
@@ -16,8 +18,10 @@ from jaxops._max_pool import max_unpool as max_unpool
 from jaxops._pool import average_pool as average_pool
 from jaxops._pool import global_average_pool as global_average_pool
 from jaxops._resize import resize as resize
+from jaxops._roi_align import roi_align as roi_align
 
 __all__: list[str] = [
+    "affine_grid",
     "average_pool",
     "cast",
     "cast_like",
@@ -25,8 +29,10 @@ __all__: list[str] = [
     "global_average_pool",
     "global_lp_pool",
     "global_max_pool",
+    "grid_sample",
     "lp_pool",
     "max_pool",
     "max_unpool",
     "resize",
+    "roi_align",
 ]

@@ -25,6 +25,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxops import _checks
+from jaxops import _interp
 from jaxops import _resize_kernel
 
 _OP = "jaxops.resize"
@@ -459,16 +460,6 @@ def _num_taps(mode: Mode, scale: float, antialias: bool) -> tuple[int, float]:
   return (2 if mode is Mode.LINEAR else 4), 1.0
 
 
-def _kernel(xp: Any, mode: Mode, t: Any, a: float) -> Any:
-  t = xp.abs(t)
-  if mode is Mode.LINEAR:
-    return xp.maximum(1 - t, 0.0)
-  t2, t3 = t * t, t * t * t
-  near = (a + 2) * t3 - (a + 3) * t2 + 1
-  far = a * t3 - 5 * a * t2 + 8 * a * t - 4 * a
-  return xp.where(t <= 1, near, xp.where(t < 2, far, 0.0))
-
-
 def _taps(xp: Any, cfg: _Config, p: _Axis, x_ori: Any) -> tuple[Any, Any, Any]:
   """(indices (out, K) clamped into the input, weights (out, K), extrapolated mask or None)."""
   n_in = p.in_len
@@ -498,7 +489,7 @@ def _taps(xp: Any, cfg: _Config, p: _Axis, x_ori: Any) -> tuple[Any, Any, Any]:
   offsets = xp.arange(k) - (k // 2 - 1)  # taps ceil(x) - K/2 ... ceil(x) + K/2 - 1
   taps = (c - 1)[:, None] + offsets[None, :]
   d = offsets[None, :] - r[:, None]
-  w = _kernel(xp, cfg.mode, d * kscale, cfg.cubic_coeff_a)
+  w = _interp.kernel(xp, cfg.mode, d * kscale, cfg.cubic_coeff_a)
   if cfg.antialias and p.scale < 1:
     w = w / xp.sum(w, axis=1, keepdims=True)
   if cfg.exclude_outside:

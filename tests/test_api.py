@@ -22,6 +22,9 @@ POSITIONAL = {
     "cast": ("x", "to"),
     "cast_like": ("x", "like"),
     "constant_of_shape": ("shape", "value"),
+    "grid_sample": ("x", "grid"),
+    "affine_grid": ("theta", "size"),
+    "roi_align": ("x", "rois", "batch_indices"),
 }
 
 EXPECTED = set(POSITIONAL)

@@ -198,3 +198,34 @@ def test_ort_lp_pool_versions(op, opset, runs):
   # jaxops runs every version
   from jaxops.onnx import _registry
   assert _registry.ADAPTERS[(op, opset)].fn([X4], dict(attrs))[0].ndim == 4
+
+
+# --- GridSample / AffineGrid / RoiAlign -------------------------------------------------------
+
+
+def _grid_sample_node(**attrs):
+  return helper.make_node("GridSample", ["x", "g"], ["y"], **attrs)
+
+
+def test_ort_grid_sample_cubic_3d_and_1d_fail_jaxops_any_rank():
+  x5, g5 = np.zeros((1, 1, 3, 3, 3), np.float32), np.zeros((1, 2, 2, 2, 3), np.float32)
+  assert _ort([_grid_sample_node(mode="linear")], {"x": x5, "g": g5}, TensorProto.FLOAT,
+              20).shape == (1, 1, 2, 2, 2)
+  with pytest.raises(Exception, match="GridSample"):
+    _ort([_grid_sample_node(mode="cubic")], {"x": x5, "g": g5}, TensorProto.FLOAT, 20)
+  x3, g3 = np.zeros((1, 1, 4), np.float32), np.zeros((1, 3, 1), np.float32)
+  with pytest.raises(Exception, match="GridSample"):
+    _ort([_grid_sample_node()], {"x": x3, "g": g3}, TensorProto.FLOAT, 20)
+  assert jaxops.grid_sample(x5, g5, mode="cubic").shape == (1, 1, 2, 2, 2)
+  assert jaxops.grid_sample(x3, g3).shape == (1, 1, 3)
+
+
+def test_ort_has_no_roi_align_22_kernel_jaxops_runs_it():
+  node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=2, output_width=2)
+  feeds = {"x": X4, "r": np.array([[0, 0, 3, 3]], np.float32), "b": np.array([0], np.int64)}
+  with pytest.raises(Exception, match="RoiAlign"):
+    _ort([node], feeds, TensorProto.FLOAT, 22)
+  assert _ort([node], feeds, TensorProto.FLOAT, 16).shape == (1, 1, 2, 2)
+  from jaxops.onnx import Backend
+
+  assert Backend.run_node(node, list(feeds.values()), opset_version=22)[0].shape == (1, 1, 2, 2)

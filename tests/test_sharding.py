@@ -36,6 +36,11 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
        "cast_int8", "cast_bfloat16", "grad_resize_linear", "grad_average_pool", "max_pool",
        "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
        "global_max_pool")
+# grid_sample, affine_grid and roi_align: each batch element's grid (theta, roi set) comes from
+# that element, so batch sharding needs no collective; the grid mixes channels, so channel
+# sharding may need them (only the batch layout is asserted for these).
+RESAMPLE_OPS = ("grid_sample_linear", "grid_sample_cubic_border", "affine_grid_sample",
+                "roi_align_per_image", "grad_grid_sample")
 
 
 def _worker_cases():
@@ -46,7 +51,31 @@ def _worker_cases():
   import jaxops
 
   shape = (16, 8, 12, 10)
-  return {
+
+  def grid_of(x):  # (N, H, W, 2) from channels 0 and 1 of each element
+    return jnp.tanh(x[:, :2]).transpose(0, 2, 3, 1) * 1.3
+
+  def theta_of(x):  # (N, 2, 3) near the identity, from each element
+    return jnp.eye(2, 3, dtype=x.dtype)[None] + 0.05 * jnp.tanh(x[:, 0, :2, :3])
+
+  rois = jnp.asarray([[0.5, 1.0, 6.0, 9.5], [2.0, 0.0, 9.0, 4.0], [1.0, 1.0, 1.0, 8.0]])
+
+  def roi_align_per_image(x):
+    one = lambda xi: jaxops.roi_align(xi[None], rois, jnp.zeros((3,), jnp.int32),  # noqa: E731
+                                      output_height=3, output_width=2)
+    return jax.vmap(one)(x)
+
+  resample = {
+      "grid_sample_linear": (lambda x: jaxops.grid_sample(x, grid_of(x)), shape, jnp.float32),
+      "grid_sample_cubic_border": (lambda x: jaxops.grid_sample(
+          x, grid_of(x), mode="cubic", padding_mode="border"), shape, jnp.float32),
+      "affine_grid_sample": (lambda x: jaxops.grid_sample(
+          x, jaxops.affine_grid(theta_of(x), (16, 8, 9, 7))), shape, jnp.float32),
+      "roi_align_per_image": (roi_align_per_image, shape, jnp.float32),
+      "grad_grid_sample": (jax.grad(lambda x: jnp.sum(jnp.sin(jaxops.grid_sample(
+          x, grid_of(x))))), shape, jnp.float32),
+  }
+  return resample | {
       "resize_linear": (functools.partial(jaxops.resize, scales=(1.0, 1.0, 2.0, 1.5),
                                           mode="linear"), shape, jnp.float32),
       "resize_cubic_antialias": (functools.partial(jaxops.resize, scales=(1.0, 1.0, 0.5, 0.6),
@@ -165,6 +194,22 @@ GROUPS = {
     "pool_cast": tuple(o for o in OPS if "resize" not in o and o not in _MAX_LP),
     "max_lp_pool": _MAX_LP,
 }
+
+
+def test_resample_batch_sharded_without_collectives():
+  cases = _run_worker(RESAMPLE_OPS)
+  problems = []
+  for op in RESAMPLE_OPS:
+    r = cases[f"{op}/batch"]
+    where = f"{op} with batch sharding ({r['in_spec']})"
+    if not r["equal"]:
+      problems.append(f"{where}: differs from unsharded by {r['max_abs_diff']}")
+    if r["collectives"]:
+      problems.append(f"{where}: compiled HLO has {r['collectives']}")
+    if r["out_devices"] != N_DEVICES or r["out_spec"] != r["in_spec"]:
+      problems.append(f"{where}: output sharded as {r['out_spec']} over {r['out_devices']} "
+                      f"devices")
+  assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))

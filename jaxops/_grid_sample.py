@@ -1,0 +1,368 @@
+"""grid_sample() and affine_grid(): ONNX GridSample and AffineGrid (PyTorch's semantics).
+
+Everything that depends only on static arguments (the spatial shapes, the mode, the padding, the
+normalised base grid of affine_grid) is fixed at trace time. The device work of grid_sample is a
+gather on a flattened spatial index, with the channels last so that each tap reads one
+contiguous row of channels, and a weighted sum over the taps; its transpose (the gradient with
+respect to ``x``) is a scatter-add of rows. The weights are jnp functions of the grid, so
+gradients flow to the grid (and through affine_grid to theta).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from jaxops import _checks
+from jaxops import _interp
+
+_OP = "jaxops.grid_sample"
+_OP_AFFINE = "jaxops.affine_grid"
+
+_FLOATS = tuple(np.dtype(d) for d in (jnp.bfloat16, jnp.float16, jnp.float32, jnp.float64))
+_EXACT = tuple(np.dtype(d) for d in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                     np.uint16, np.uint32, np.uint64))
+# A zeros-padded coordinate this far outside the input reads no pixel with any kernel; clipping
+# to it keeps infinities out of the tap arithmetic without changing a result.
+_FAR = 8.0
+
+
+class Mode(_checks.StrEnum):
+  """Interpolation mode (GridSample-20+ spelling)."""
+
+  NEAREST = "nearest"
+  LINEAR = "linear"
+  CUBIC = "cubic"
+
+
+class PaddingMode(_checks.StrEnum):
+  """What a tap outside the input reads."""
+
+  ZEROS = "zeros"
+  BORDER = "border"
+  REFLECTION = "reflection"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+  mode: Mode
+  padding: PaddingMode
+  align_corners: bool
+
+
+def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
+                padding_mode: str = "zeros", align_corners: bool = False) -> jax.Array:
+  """Samples ``x`` at the normalised positions of ``grid``, as ONNX GridSample-22 does.
+
+  ``x`` has shape ``(N, C, D1, ..., Dr)`` and ``grid`` ``(N, O1, ..., Om, r)``; the output has
+  shape ``(N, C, O1, ..., Om)``. ``grid[n, o..., :]`` lists a position from the innermost axis to
+  the outermost (x, y[, z]), each in ``[-1, 1]`` over the input. A normalised coordinate ``g``
+  on an axis of length ``L`` is the pixel coordinate::
+
+    align_corners=True    u = (g + 1) / 2 * (L - 1)     (-1 and 1: centres of the corner pixels)
+    align_corners=False   u = ((g + 1) * L - 1) / 2     (-1 and 1: outer edges of the corners)
+
+  ``mode="nearest"`` reads pixel ``round(u)`` (halves to even), ``"linear"`` the N-linear
+  interpolation of the 2**r surrounding pixels, ``"cubic"`` the N-cubic (Keys, a = -0.75)
+  interpolation of the 4**r surrounding pixels. ``padding_mode`` decides what a position outside
+  the input reads, as ``torch.nn.functional.grid_sample`` does:
+
+  * ``"zeros"``: taps outside the input read 0.
+  * ``"border"``: nearest/linear clip ``u`` to ``[0, L - 1]``; cubic clips each tap index (the
+    input is extended by its edge pixels, so the 4-tap neighbourhood is taken before clipping).
+  * ``"reflection"``: nearest/linear reflect ``u`` about the borders (``0`` and ``L - 1`` with
+    align_corners, ``-0.5`` and ``L - 0.5`` without) until it is inside, then clip it to
+    ``[0, L - 1]``; cubic reflects each tap index the same way.
+
+  Non-finite grid values: a NaN coordinate gives NaN (for floating ``x``; 0 for integer ``x``);
+  +-inf reads 0 with zeros padding and the edge pixel with border padding, and gives NaN with
+  reflection (an infinite position has no reflection). See docs/DEVIATIONS.md, GridSample.
+
+  Args:
+    x: input of rank ``r + 2`` (r >= 1). Floating types for every mode; integer and bool
+      types with ``mode="nearest"``.
+    grid: floating array of shape ``(N, O1, ..., Om, r)``; may be traced (differentiable).
+    mode: "nearest", "linear" (default) or "cubic".
+    padding_mode: "zeros" (default), "border" or "reflection".
+    align_corners: see above.
+
+  Returns:
+    Array of shape ``(N, C, O1, ..., Om)`` and the dtype of ``x`` (float16/bfloat16 compute in
+    float32).
+
+  Raises:
+    ValueError: bad mode/padding strings, mismatched shapes.
+    TypeError: unsupported dtypes, or a traced static option.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import jaxops
+    >>> x = jnp.arange(4.0).reshape(1, 1, 2, 2)
+    >>> grid = jnp.array([[[[-1.0, -1.0], [0.0, 0.0], [1.0, 1.0]]]])  # (1, 1, 3, 2)
+    >>> jaxops.grid_sample(x, grid, align_corners=True)
+    Array([[[[0. , 1.5, 3. ]]]], dtype=float32)
+    >>> jaxops.grid_sample(x, grid, mode="nearest", padding_mode="border").shape
+    (1, 1, 1, 3)
+  """
+  cfg = _Config(Mode.from_string(_OP, "mode", mode),
+                PaddingMode.from_string(_OP, "padding_mode", padding_mode),
+                _checks.static_bool(_OP, "align_corners", align_corners))
+  x = _checks.as_array(x)
+  grid = _checks.as_array(grid)
+  allowed = _FLOATS + (_EXACT if cfg.mode is Mode.NEAREST else ())
+  if x.dtype not in allowed:
+    raise _checks.type_error(_OP, "x", f"dtype {x.dtype}",
+                             f"of dtype in ({', '.join(d.name for d in allowed)}) with mode "
+                             f"{cfg.mode.value!r}")
+  if grid.dtype not in _FLOATS:
+    raise _checks.type_error(_OP, "grid", f"dtype {grid.dtype}",
+                             f"floating ({', '.join(d.name for d in _FLOATS)})")
+  if x.ndim < 3:
+    raise _checks.value_error(_OP, "x", f"shape {x.shape}",
+                              "of rank >= 3: (N, C, D1, ..., Dr)")
+  r = x.ndim - 2
+  if grid.ndim < 2 or grid.shape[-1] != r or grid.shape[0] != x.shape[0]:
+    raise _checks.value_error(
+        _OP, "grid", f"shape {grid.shape}",
+        f"of shape (N, O1, ..., Om, {r}) with N = {x.shape[0]} for x of shape {x.shape}")
+  if any(d == 0 for d in x.shape[2:]):
+    raise _checks.value_error(_OP, "x", f"shape {x.shape}", "spatial dimensions of at least 1")
+  return _grid_sample_jit(x, grid, cfg)
+
+
+def _denormalize(g: Any, length: int, align_corners: bool) -> Any:
+  if align_corners:
+    return (g + 1) / 2 * (length - 1)
+  return ((g + 1) * length - 1) / 2
+
+
+def _reflect(u: Any, length: int, align_corners: bool) -> Any:
+  """``u`` reflected about the borders until inside them (PyTorch's reflect_coordinates)."""
+  lo, hi = (0.0, length - 1.0) if align_corners else (-0.5, length - 0.5)
+  span = hi - lo
+  if span <= 0:
+    return jnp.zeros_like(u)
+  v = jnp.abs(u - lo)
+  extra = jnp.fmod(v, span)
+  flips = jnp.floor(v / span)
+  return jnp.where(jnp.fmod(flips, 2) == 0, lo + extra, hi - extra)
+
+
+def _axis_taps(g: Any, length: int, cfg: _Config) -> tuple[Any, Any, Any]:
+  """(int32 indices (..., K) inside [0, L), weights (..., K), NaN flag (...)) of one axis."""
+  u = _denormalize(g, length, cfg.align_corners)
+  pad = cfg.padding
+  if pad is PaddingMode.REFLECTION:
+    u = jnp.where(jnp.isfinite(u), u, jnp.nan)
+  elif pad is PaddingMode.ZEROS or cfg.mode is Mode.CUBIC:
+    u = jnp.clip(u, -_FAR, length - 1 + _FAR)
+  if cfg.mode is not Mode.CUBIC:
+    if pad is PaddingMode.BORDER:
+      u = jnp.clip(u, 0, length - 1)
+    elif pad is PaddingMode.REFLECTION:
+      u = jnp.clip(_reflect(u, length, cfg.align_corners), 0, length - 1)
+  bad = jnp.isnan(u)
+  u = jnp.where(bad, 0, u)
+  if cfg.mode is Mode.NEAREST:
+    idx = jnp.round(u)[..., None]
+    w = jnp.ones_like(idx)
+  else:
+    first, w = _interp.taps(jnp, cfg.mode.value, u)
+    idx = first[..., None] + jnp.arange(w.shape[-1], dtype=u.dtype).reshape(
+        (1,) * first.ndim + (-1,))
+    if cfg.mode is Mode.CUBIC and pad is PaddingMode.BORDER:
+      idx = jnp.clip(idx, 0, length - 1)
+    elif cfg.mode is Mode.CUBIC and pad is PaddingMode.REFLECTION:
+      idx = jnp.clip(jnp.round(_reflect(idx, length, cfg.align_corners)), 0, length - 1)
+  inside = (idx >= 0) & (idx <= length - 1) & ~bad[..., None]
+  w = jnp.where(inside, w, 0)
+  idx = jnp.clip(idx, 0, length - 1).astype(jnp.int32)
+  return idx, w, bad
+
+
+def _uses_blocks(cfg: _Config) -> bool:
+  """Whether each point's taps form one contiguous block of a padded input (the fast path)."""
+  return cfg.mode is Mode.LINEAR or (cfg.mode is Mode.CUBIC
+                                     and cfg.padding is not PaddingMode.REFLECTION)
+
+
+def _block_axis(g: Any, length: int, cfg: _Config, p: int) -> tuple[Any, Any, Any]:
+  """(block start in the input padded by ``p``, weights (..., K), NaN flag) of one axis.
+
+  Linear: the coordinate is clipped/reflected as in ``_axis_taps``. Cubic with border padding:
+  the input is padded with its edge values, and a coordinate beyond two pixels outside reads
+  the edge pixel with every tap, so it is clipped to ``[-2, L + 1]`` (same value, zero
+  gradient). A block whose start falls outside the padded input has every tap outside the
+  input; those weights are zero (zeros padding), so clipping the start changes nothing.
+  """
+  u = _denormalize(g, length, cfg.align_corners)
+  pad = cfg.padding
+  if cfg.mode is Mode.LINEAR and pad is PaddingMode.BORDER:
+    u = jnp.clip(u, 0, length - 1)
+  elif cfg.mode is Mode.LINEAR and pad is PaddingMode.REFLECTION:
+    u = jnp.where(jnp.isfinite(u), u, jnp.nan)
+    u = jnp.clip(_reflect(u, length, cfg.align_corners), 0, length - 1)
+  elif pad is PaddingMode.BORDER:
+    u = jnp.clip(u, -2.0, length + 1.0)
+  else:
+    u = jnp.clip(u, -_FAR, length - 1 + _FAR)
+  bad = jnp.isnan(u)
+  u = jnp.where(bad, 0, u)
+  first, w = _interp.taps(jnp, cfg.mode.value, u)
+  k = w.shape[-1]
+  taps = first[..., None] + jnp.arange(k, dtype=u.dtype).reshape((1,) * first.ndim + (-1,))
+  keep = ~bad[..., None]
+  if not (cfg.mode is Mode.CUBIC and pad is PaddingMode.BORDER):
+    keep = keep & (taps >= 0) & (taps <= length - 1)
+  w = jnp.where(keep, w, 0)
+  start = (jnp.clip(first, -p, length + p - k) + p).astype(jnp.int32)
+  return start, w, bad
+
+
+def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> tuple[Any, Any]:
+  """(N, M, C) samples from one K**r block gather per point, and the NaN flag (N, M)."""
+  n, c, *spatial = x.shape
+  r = len(spatial)
+  k = 2 if cfg.mode is Mode.LINEAR else 4
+  p = 1 if cfg.mode is Mode.LINEAR else 4
+  starts: list[Any] = []
+  weight: Any = jnp.ones(g.shape[:2], cdt)
+  bad = jnp.zeros(g.shape[:2], bool)
+  for a in range(r):  # axis order: grid[..., r - 1 - a] is axis a
+    start, w, nan_a = _block_axis(g[..., r - 1 - a], spatial[a], cfg, p)
+    starts.append(start)
+    bad = bad | nan_a
+    weight = weight[..., None] * w.reshape(w.shape[:2] + (1,) * a + (k,))
+  edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
+  xl = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
+  xp = jnp.pad(xl, [(0, 0)] + [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
+  st = jnp.stack(starts, axis=-1)                                           # (N, M, r)
+  zero = jnp.zeros((), jnp.int32)
+
+  def one(xi: jax.Array, s: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_slice(xi, tuple(s[a] for a in range(r)) + (zero,), (k,) * r + (c,))
+
+  blk = jax.vmap(jax.vmap(one, in_axes=(None, 0)))(xp, st)                  # (N, M, K.., C)
+  out = jnp.sum(weight[..., None] * blk, axis=tuple(range(2, 2 + r)))
+  return out, bad
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
+  n, c, *spatial = x.shape
+  r = len(spatial)
+  out_spatial = grid.shape[1:-1]
+  m = math.prod(out_spatial)
+  cdt = jnp.promote_types(_checks.compute_dtype(grid.dtype),
+                          _checks.compute_dtype(x.dtype) if x.dtype in _FLOATS else grid.dtype)
+  g = grid.astype(cdt).reshape(n, m, r)
+  if _uses_blocks(cfg):
+    out, bad = _blocks(x, g, cfg, cdt)
+    out = jnp.where(bad[..., None], jnp.nan, out).astype(x.dtype)
+    return out.transpose(0, 2, 1).reshape(n, c, *out_spatial)
+  flat = jnp.zeros((n, m, 1), jnp.int32)
+  weight = jnp.ones((n, m, 1), cdt)
+  bad = jnp.zeros((n, m), bool)
+  stride = 1
+  for a in range(r - 1, -1, -1):  # innermost axis first: grid[..., 0] is the innermost axis
+    idx, w, nan_a = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
+    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, -1)
+    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, -1)
+    bad = bad | nan_a
+    stride *= spatial[a]
+  xt = x.reshape(n, c, stride).transpose(0, 2, 1)           # (N, P, C): one row per pixel
+  taps = flat.shape[-1]
+  rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(
+      xt, flat.reshape(n, m * taps)).reshape(n, m, taps, c)
+  if cfg.mode is Mode.NEAREST:
+    out = jnp.where(weight[..., 0, None] > 0, rows[:, :, 0, :], jnp.zeros((), x.dtype))
+    if x.dtype in _FLOATS:
+      out = jnp.where(bad[..., None], jnp.nan, out)
+    out = out.astype(x.dtype)
+  else:
+    # a multiply and a sum over the taps (one fused loop; a dot over K would batch tiny matmuls)
+    out = jnp.sum(weight[..., None] * rows.astype(cdt), axis=2)
+    out = jnp.where(bad[..., None], jnp.nan, out).astype(x.dtype)
+  return out.transpose(0, 2, 1).reshape(n, c, *out_spatial)
+
+
+# --- affine_grid ---------------------------------------------------------------------------------
+
+
+def affine_grid(theta: ArrayLike, size: Any, *, align_corners: bool = False) -> jax.Array:
+  """The sampling grid of a batch of affine maps, as ONNX AffineGrid-20 does.
+
+  For ``size = (N, C, H, W)`` and ``theta`` of shape ``(N, 2, 3)`` (or ``(N, C, D, H, W)`` and
+  ``(N, 3, 4)``), ``grid[n, h, w] = theta[n] @ (x_w, y_h, 1)`` where the base positions are
+  evenly spaced in ``[-1, 1]``::
+
+    align_corners=True    x_w = -1 + 2 w / (W - 1)           (0 when W = 1)
+    align_corners=False   x_w = -1 + (2 w + 1) / W           (pixel centres)
+
+  The output is the ``grid`` argument of ``grid_sample``: positions listed innermost axis first.
+
+  Args:
+    theta: floating array ``(N, 2, 3)`` (2-D) or ``(N, 3, 4)`` (3-D); may be traced.
+    size: the target shape ``(N, C, H, W)`` or ``(N, C, D, H, W)``; static (Python or NumPy
+      integers), since it decides the output shape.
+    align_corners: see above.
+
+  Returns:
+    Array ``(N, H, W, 2)`` or ``(N, D, H, W, 3)`` of theta's dtype (float16/bfloat16 compute in
+    float32).
+
+  Raises:
+    ValueError: size/theta shapes that do not match.
+    TypeError: a traced ``size``, a non-floating theta.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import jaxops
+    >>> theta = jnp.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    >>> jaxops.affine_grid(theta, (1, 1, 2, 2))[0, :, :, 0]
+    Array([[-0.5,  0.5],
+           [-0.5,  0.5]], dtype=float32)
+  """
+  size_t = _checks.int_tuple(_OP_AFFINE, "size", size, minimum=0)
+  ac = _checks.static_bool(_OP_AFFINE, "align_corners", align_corners)
+  theta = _checks.as_array(theta)
+  if theta.dtype not in _FLOATS:
+    raise _checks.type_error(_OP_AFFINE, "theta", f"dtype {theta.dtype}",
+                             f"floating ({', '.join(d.name for d in _FLOATS)})")
+  if len(size_t) not in (4, 5):
+    raise _checks.value_error(_OP_AFFINE, "size", size_t,
+                              "(N, C, H, W) for 2-D or (N, C, D, H, W) for 3-D")
+  r = len(size_t) - 2
+  if theta.shape != (size_t[0], r, r + 1):
+    raise _checks.value_error(_OP_AFFINE, "theta", f"shape {theta.shape}",
+                              f"of shape ({size_t[0]}, {r}, {r + 1}) for size {size_t}")
+  return _affine_grid_jit(theta, size_t[2:], ac)
+
+
+def _base_grid(spatial: tuple[int, ...], align_corners: bool) -> np.ndarray:
+  """(prod(spatial), r + 1) homogeneous base positions, innermost axis first, in float64."""
+  axes = []
+  for length in spatial:
+    i = np.arange(length, dtype=np.float64)
+    if align_corners:
+      axes.append(np.zeros(length) if length <= 1 else -1 + 2 * i / (length - 1))
+    else:
+      axes.append(-1 + (2 * i + 1) / max(length, 1))
+  mesh = np.meshgrid(*axes, indexing="ij")
+  cols = [m.reshape(-1) for m in reversed(mesh)] + [np.ones(math.prod(spatial))]
+  return np.stack(cols, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _affine_grid_jit(theta: jax.Array, spatial: tuple[int, ...], align_corners: bool) -> jax.Array:
+  cdt = _checks.compute_dtype(theta.dtype)
+  base = jnp.asarray(_base_grid(spatial, align_corners), cdt)
+  grid = jnp.einsum("pk,njk->npj", base, theta.astype(cdt), precision=jax.lax.Precision.HIGHEST)
+  return grid.reshape(theta.shape[0], *spatial, len(spatial)).astype(theta.dtype)

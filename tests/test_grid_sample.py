@@ -1,0 +1,304 @@
+"""grid_sample: hand-derived values, non-finite grids, dtypes, errors, the ONNX adapters' version
+rules, the documented deviations, gradients (check_grads and torch autograd), jit/vmap/retrace."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from jax.test_util import check_grads
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+import jaxops
+from jaxops.onnx import Backend
+
+X = np.arange(12.0).reshape(1, 1, 3, 4)  # rows 0..2, columns 0..3; value 4 * row + col
+
+
+def _grid(points):
+  """A (1, 1, n, 2) grid of (x, y) normalised points."""
+  return np.asarray(points, np.float64).reshape(1, 1, -1, 2)
+
+
+def _norm(u, length, align_corners):
+  """The normalised coordinate of pixel coordinate u (the inverse of the spec's maps)."""
+  return 2 * u / (length - 1) - 1 if align_corners else (2 * u + 1) / length - 1
+
+
+class TestValues(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_bilinear_midpoints(self):
+    # Pixel (row 0.5, col 1.5) is the mean of rows 0-1 and columns 1-2: (1 + 2 + 5 + 6) / 4.
+    for ac in (False, True):
+      g = _grid([[_norm(1.5, 4, ac), _norm(0.5, 3, ac)]])
+      y = self.variant(lambda a, b, ac=ac: jaxops.grid_sample(a, b, align_corners=ac))(X, g)
+      np.testing.assert_allclose(np.asarray(y).ravel(), [3.5], rtol=1e-12)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_nearest_rounds_half_to_even(self):
+    # Column 0.5 rounds to 0 and 1.5 to 2 (halves to even), row 1: values 4 and 6.
+    g = _grid([[_norm(0.5, 4, True), _norm(1.0, 3, True)],
+               [_norm(1.5, 4, True), _norm(1.0, 3, True)]])
+    y = self.variant(lambda a, b: jaxops.grid_sample(a, b, mode="nearest", align_corners=True))(
+        X, g)
+    np.testing.assert_array_equal(np.asarray(y).ravel(), [4.0, 6.0])
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_padding_modes_far_outside(self):
+    # Column -7.25 (align_corners): zeros reads nothing; border clips to column 0; reflection
+    # about 0 and 3 (span 3): |-7.25| = 7.25 = 2 * 3 + 1.25, an even number of flips: 1.25,
+    # interpolated between columns 1 and 2 of row 2: 8 + 1.25.
+    g = _grid([[_norm(-7.25, 4, True), 1.0]])
+    f = self.variant(lambda a, b, p: jaxops.grid_sample(a, b, padding_mode=p, align_corners=True),
+                     static_argnums=2)
+    np.testing.assert_allclose(np.asarray(f(X, g, "zeros")).ravel(), [0.0], atol=0)
+    np.testing.assert_allclose(np.asarray(f(X, g, "border")).ravel(), [8.0], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(f(X, g, "reflection")).ravel(), [9.25], rtol=1e-12)
+
+  def test_cubic_at_pixel_centres_is_exact_and_between_is_keys(self):
+    # At integer pixel coordinates Keys' kernel is (0, 1, 0, 0): the pixel itself.
+    g = _grid([[_norm(2.0, 4, True), _norm(1.0, 3, True)]])
+    y = jaxops.grid_sample(X, g, mode="cubic", align_corners=True)
+    np.testing.assert_allclose(np.asarray(y).ravel(), [6.0], rtol=1e-12)
+    # Halfway between columns 1 and 2 of a row that is linear in the column (4 * row + col),
+    # with all four taps inside: the weights sum to 1 and are symmetric, so the value is 5.5.
+    g = _grid([[_norm(1.5, 4, True), _norm(1.0, 3, True)]])
+    y = jaxops.grid_sample(X, g, mode="cubic", align_corners=True)
+    np.testing.assert_allclose(np.asarray(y).ravel(), [5.5], rtol=1e-12)
+
+  def test_3d_and_1d(self):
+    x = np.arange(24.0).reshape(1, 1, 2, 3, 4)  # value 12 d + 4 h + w
+    g = np.array([_norm(1.5, 4, True), _norm(1.0, 3, True), _norm(0.5, 2, True)])
+    y = jaxops.grid_sample(x, g.reshape(1, 1, 1, 1, 3), align_corners=True)
+    np.testing.assert_allclose(np.asarray(y).ravel(), [6 + 4 + 1.5], rtol=1e-12)
+    x1 = np.arange(5.0).reshape(1, 1, 5)
+    y1 = jaxops.grid_sample(x1, np.array([[[0.25]]]), align_corners=True)  # u = 2.5
+    np.testing.assert_allclose(np.asarray(y1).ravel(), [2.5], rtol=1e-12)
+
+
+def test_non_finite_grid():
+  # NaN gives NaN; +-inf reads 0 (zeros), the edge pixel (border), NaN (reflection).
+  g = _grid([[np.nan, 0.0], [np.inf, 0.0], [-np.inf, 0.0]])
+  for mode in ("nearest", "linear", "cubic"):
+    z = np.asarray(jaxops.grid_sample(X, g, mode=mode))
+    b = np.asarray(jaxops.grid_sample(X, g, mode=mode, padding_mode="border"))
+    r = np.asarray(jaxops.grid_sample(X, g, mode=mode, padding_mode="reflection"))
+    assert np.isnan(z[0, 0, 0, 0]) and np.isnan(b[0, 0, 0, 0]) and np.isnan(r).all()
+    np.testing.assert_array_equal(z[0, 0, 0, 1:], [0.0, 0.0])
+    # the grid's y is 0: row 1 (the middle row of 3); x = +inf: column 3, -inf: column 0.
+    np.testing.assert_allclose(b[0, 0, 0, 1:], [7.0, 4.0], rtol=1e-12)
+  xi = X.astype(np.int32)
+  yi = np.asarray(jaxops.grid_sample(xi, g, mode="nearest"))
+  assert yi.dtype == np.int32
+  np.testing.assert_array_equal(yi.ravel(), [0, 0, 0])
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, np.float32, np.float64])
+def test_dtypes_follow_x(dtype):
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((2, 3, 5, 4))
+  g = rng.uniform(-1.2, 1.2, (2, 3, 2, 2))
+  want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g),
+                                         align_corners=False).numpy()
+  y = jaxops.grid_sample(x.astype(dtype), g.astype(dtype))
+  assert y.dtype == np.dtype(dtype)
+  tol = {np.float64: 1e-12, np.float32: 1e-5}.get(dtype, 3e-2)
+  # half types: the input is rounded to the half type; tolerance relative to |x| <= ~3
+  np.testing.assert_allclose(np.asarray(y, np.float64), want, atol=tol * 4, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64, np.bool_])
+def test_nearest_copies_integer_and_bool_pixels(dtype):
+  rng = np.random.default_rng(4)
+  x = rng.integers(0, 2 if dtype == np.bool_ else 100, (1, 2, 4, 5)).astype(dtype)
+  g = rng.uniform(-1.3, 1.3, (1, 3, 3, 2))
+  want = torch.nn.functional.grid_sample(torch.tensor(x.astype(np.float64)), torch.tensor(g),
+                                         mode="nearest", align_corners=False).numpy()
+  y = jaxops.grid_sample(x, g, mode="nearest")
+  assert y.dtype == np.dtype(dtype)
+  np.testing.assert_array_equal(np.asarray(y).astype(np.float64), want)
+
+
+def test_errors():
+  g = np.zeros((1, 2, 2, 2))
+  with pytest.raises(ValueError, match=r"jaxops.grid_sample: argument `mode`.*'linear'"):
+    jaxops.grid_sample(X, g, mode="bilinear")
+  with pytest.raises(ValueError, match=r"jaxops.grid_sample: argument `padding_mode`"):
+    jaxops.grid_sample(X, g, padding_mode="wrap")
+  with pytest.raises(TypeError, match=r"jaxops.grid_sample: argument `align_corners`"):
+    jaxops.grid_sample(X, g, align_corners="yes")
+  with pytest.raises(ValueError, match=r"jaxops.grid_sample: argument `grid`.*\(N, O1"):
+    jaxops.grid_sample(X, np.zeros((1, 2, 2, 3)))
+  with pytest.raises(ValueError, match=r"jaxops.grid_sample: argument `grid`"):
+    jaxops.grid_sample(X, np.zeros((2, 2, 2, 2)))
+  with pytest.raises(ValueError, match=r"jaxops.grid_sample: argument `x`.*rank >= 3"):
+    jaxops.grid_sample(np.zeros((3, 4)), g)
+  with pytest.raises(TypeError, match=r"jaxops.grid_sample: argument `x`.*'linear'"):
+    jaxops.grid_sample(X.astype(np.int32), g)
+  with pytest.raises(TypeError, match=r"jaxops.grid_sample: argument `grid`.*floating"):
+    jaxops.grid_sample(X, g.astype(np.int32))
+  with pytest.raises(TypeError, match="positional"):
+    jaxops.grid_sample(X, g, "nearest")  # pylint: disable=too-many-function-args
+
+
+# --- the ONNX adapters ----------------------------------------------------------------------
+
+
+def _run_node(version, x, grid, **attrs):
+  node = helper.make_node("GridSample", ["x", "g"], ["y"], **attrs)
+  return Backend.run_node(node, [x, grid], opset_version=version)[0]
+
+
+def test_onnx_versions_accept_only_their_own_spellings():
+  x = X.astype(np.float32)
+  g = np.random.default_rng(0).uniform(-1, 1, (1, 2, 3, 2)).astype(np.float32)
+  for old, new in (("bilinear", "linear"), ("bicubic", "cubic")):
+    a = _run_node(16, x, g, mode=old)
+    for v in (20, 22):
+      np.testing.assert_array_equal(_run_node(v, x, g, mode=new), a)
+      with pytest.raises(ValueError, match=f"GridSample-{v}.*{old!r} is the spelling of "
+                                           f"GridSample-16"):
+        _run_node(v, x, g, mode=old)
+    with pytest.raises(ValueError, match=f"GridSample-16.*{new!r} is the spelling of "
+                                         f"GridSample-22"):
+      _run_node(16, x, g, mode=new)
+  with pytest.raises(ValueError, match="GridSample-16 takes 4-D X"):
+    _run_node(16, np.zeros((1, 1, 2, 2, 2), np.float32), np.zeros((1, 1, 1, 1, 3), np.float32))
+  assert _run_node(20, np.zeros((1, 1, 2, 2, 2), np.float32),
+                   np.zeros((1, 1, 1, 1, 3), np.float32)).shape == (1, 1, 1, 1, 1)
+  with pytest.raises(TypeError, match="GridSample version 20 does not allow grid of type "
+                                      "BFLOAT16"):
+    _run_node(20, x, g.astype(jnp.bfloat16))
+  assert _run_node(22, x, g.astype(jnp.bfloat16)).dtype == np.float32
+
+
+# --- deviations (docs/DEVIATIONS.md, GridSample) --------------------------------------------
+
+
+def test_deviation_cubic_border_pads_the_image_before_the_neighbourhood():
+  # Column u = -0.7 without align_corners (length 4, row 0 of 0..3): the taps are columns
+  # -2, -1, 0, 1 at distances 1.3, 0.3, 0.7, 1.7; border padding reads columns 0, 0, 0, 1,
+  # so the value is w(1.7) * 1 (the other taps read 0): Keys a = -0.75 at t = 1.7 is
+  # a t^3 - 5 a t^2 + 8 a t - 4 a = -0.75 * (4.913 - 14.45 + 13.6 - 4) = -0.04725.
+  x = np.arange(4.0).reshape(1, 1, 1, 4)
+  g = _grid([[_norm(-0.7, 4, False), 0.0]])
+  y = jaxops.grid_sample(x, g, mode="cubic", padding_mode="border")
+  np.testing.assert_allclose(np.asarray(y).ravel(), [-0.04725], rtol=1e-10)
+  want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g), mode="bicubic",
+                                         padding_mode="border", align_corners=False)
+  np.testing.assert_allclose(np.asarray(y), want.numpy(), rtol=1e-10)
+  # onnx.reference clips the coordinate to 0 first (then reads pixel 0 exactly): 0.
+  node = helper.make_node("GridSample", ["x", "g"], ["y"], mode="cubic", padding_mode="border")
+  ref = ReferenceEvaluator(node).run(None, {"x": x.astype(np.float32),
+                                            "g": g.astype(np.float32)})[0]
+  np.testing.assert_allclose(ref.ravel(), [0.0], atol=1e-7)
+
+
+def test_deviation_reflection_axes_follow_align_corners():
+  # align_corners=1 reflects about pixel centres 0 and L - 1: index -1 reads index 1 (the
+  # spec's sentence); align_corners=0 about the pixel edges -0.5 and L - 0.5: -1 reads 0. In
+  # normalised units both reflect about -1 and 1, as the spec's example (-3.5 -> 1.5 -> 0.5).
+  row = np.array([10.0, 20.0, 30.0, 40.0]).reshape(1, 1, 1, 4)
+  for ac, want in ((True, 20.0), (False, 10.0)):
+    g = _grid([[_norm(-1.0, 4, ac), 0.0]])
+    y = jaxops.grid_sample(row, g, mode="nearest", padding_mode="reflection", align_corners=ac)
+    np.testing.assert_array_equal(np.asarray(y).ravel(), [want])
+    a = jaxops.grid_sample(row, _grid([[-3.5, 0.0]]), padding_mode="reflection",
+                           align_corners=ac)
+    b = jaxops.grid_sample(row, _grid([[0.5, 0.0]]), padding_mode="reflection",
+                           align_corners=ac)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+  # A length-1 axis with align_corners has no span: the single pixel (torch agrees);
+  # onnx.reference divides by the zero span and fails.
+  one = np.array([[[[5.0]]]])
+  g = _grid([[0.3, 0.7]])
+  y = jaxops.grid_sample(one, g, padding_mode="reflection", align_corners=True)
+  np.testing.assert_array_equal(np.asarray(y).ravel(), [5.0])
+  node = helper.make_node("GridSample", ["x", "g"], ["y"], padding_mode="reflection",
+                          align_corners=1)
+  with np.errstate(divide="ignore"), pytest.raises(OverflowError):
+    ReferenceEvaluator(node).run(None, {"x": one.astype(np.float32), "g": g.astype(np.float32)})
+
+
+# --- gradients, jit, vmap -------------------------------------------------------------------
+
+
+def _interior_grid(rng, shape, lengths, align_corners):
+  """Grid points whose pixel coordinates stay a margin away from integers (smooth there)."""
+  r = len(lengths)
+  u = np.stack([rng.integers(-1, lengths[r - 1 - i] + 1, shape) + rng.uniform(0.2, 0.8, shape)
+                for i in range(r)], axis=-1)
+  return np.stack([_norm(u[..., i], lengths[r - 1 - i], align_corners) for i in range(r)],
+                  axis=-1)
+
+
+@pytest.mark.parametrize("mode, padding_mode, order", [("linear", "zeros", 2),
+                                                       ("cubic", "border", 1),
+                                                       ("linear", "reflection", 1)])
+def test_check_grads(mode, padding_mode, order):
+  rng = np.random.default_rng(7)
+  x = rng.standard_normal((1, 2, 4, 5))
+  g = _interior_grid(rng, (1, 2, 2), (4, 5), False)
+  f = lambda a, b: jaxops.grid_sample(a, b, mode=mode, padding_mode=padding_mode)  # noqa: E731
+  # smooth in x and, between pixel coordinates, in the grid (border/reflection clip: order 1)
+  check_grads(f, (x, g), order=order, modes=("fwd", "rev"), eps=1e-4)
+
+
+@pytest.mark.parametrize("mode, tmode", [("linear", "bilinear"), ("cubic", "bicubic"),
+                                         ("nearest", "nearest")])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_gradients_equal_torch_autograd(mode, tmode, padding_mode):
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((2, 3, 5, 6))
+  g = rng.uniform(-1.6, 1.6, (2, 4, 3, 2))
+  ct = rng.standard_normal((2, 3, 4, 3))
+  align_corners = padding_mode != "border"
+  tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(g, requires_grad=True)
+  out = torch.nn.functional.grid_sample(tx, tg, mode=tmode, padding_mode=padding_mode,
+                                        align_corners=align_corners)
+  out.backward(torch.tensor(ct))
+  y, vjp = jax.vjp(lambda a, b: jaxops.grid_sample(a, b, mode=mode, padding_mode=padding_mode,
+                                                   align_corners=align_corners), x, g)
+  dx, dg = vjp(ct)
+  np.testing.assert_allclose(np.asarray(y), out.detach().numpy(), rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(dx), tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(dg), tg.grad.numpy(), rtol=1e-9, atol=1e-10)
+
+
+def test_3d_gradients_equal_torch_autograd():
+  rng = np.random.default_rng(12)
+  x = rng.standard_normal((2, 2, 3, 4, 5))
+  g = rng.uniform(-1.3, 1.3, (2, 2, 3, 2, 3))
+  ct = rng.standard_normal((2, 2, 2, 3, 2))
+  for pad in ("zeros", "reflection"):
+    tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(g, requires_grad=True)
+    torch.nn.functional.grid_sample(tx, tg, padding_mode=pad,
+                                    align_corners=False).backward(torch.tensor(ct))
+    _, vjp = jax.vjp(lambda a, b, p=pad: jaxops.grid_sample(a, b, padding_mode=p), x, g)
+    dx, dg = vjp(ct)
+    np.testing.assert_allclose(np.asarray(dx), tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(dg), tg.grad.numpy(), rtol=1e-9, atol=1e-10)
+
+
+def test_vmap_over_grids_and_no_retrace():
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((1, 2, 4, 4))
+  grids = rng.uniform(-1, 1, (6, 1, 3, 3, 2))
+  got = jax.vmap(lambda g: jaxops.grid_sample(x, g, mode="cubic"))(grids)
+  for i in range(6):
+    want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(grids[i]),
+                                           mode="bicubic", align_corners=False).numpy()
+    np.testing.assert_allclose(np.asarray(got[i]), want, rtol=1e-10, atol=1e-12)
+
+  @jax.jit
+  @chex.assert_max_traces(n=1)
+  def f(a, b):
+    return jaxops.grid_sample(a, b, padding_mode="border")
+
+  for i in range(3):
+    f(x + i, grids[i])

@@ -1,0 +1,194 @@
+"""roi_align: hand-derived values, zero-size boxes, max mode (spec vs the ONNX front end), errors,
+version rules of the adapters, gradients against central differences in float64, vmap/jit."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+import jaxops
+from jaxops.onnx import Backend
+
+X = np.arange(16.0).reshape(1, 1, 4, 4)  # value 4 * row + col: bilinear samples are exact
+
+
+class TestValues(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_linear_map_gives_the_mean_sample_position(self):
+    # X is linear in (row, col), so each bin's average is X at the mean sample position.
+    # Box [0, 0, 4, 4] half_pixel: start -0.5, size 4, bins of 2, adaptive g = ceil(4 / 2) = 2,
+    # samples at -0.5 + (i + 0.5) = 0, 1 (bin 0) and 2, 3 (bin 1): means 0.5 and 2.5. A sample
+    # at -0.5 would clamp to 0; none here. Values: 4 * 0.5 + 0.5 = 2.5, 4.5, 10.5, 12.5.
+    f = self.variant(lambda x, r, b: jaxops.roi_align(x, r, b, output_height=2, output_width=2))
+    y = f(X, np.array([[0.0, 0.0, 4.0, 4.0]]), np.array([0]))
+    np.testing.assert_allclose(np.asarray(y).ravel(), [2.5, 4.5, 10.5, 12.5], rtol=1e-12)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_spec_max_is_the_largest_interpolated_sample(self):
+    # output_half_pixel, box [0, 0, 2, 2], one bin, sampling_ratio 2: samples at 0.5 and 1.5 on
+    # both axes; the largest is X(1.5, 1.5) = 4 * 1.5 + 1.5 = 7.5.
+    f = self.variant(lambda x, r, b: jaxops.roi_align(
+        x, r, b, mode="max", sampling_ratio=2, coordinate_transformation_mode="output_half_pixel"))
+    y = f(X, np.array([[0.0, 0.0, 2.0, 2.0]]), np.array([0]))
+    np.testing.assert_allclose(np.asarray(y).ravel(), [7.5], rtol=1e-12)
+
+
+def test_zero_size_boxes():
+  # half_pixel, adaptive: size 0 gives g = 0 samples; the bin is 0 (onnxruntime, reference).
+  rois = np.array([[1.0, 1.0, 1.0, 3.0]])
+  for mode in ("avg", "max"):
+    y = jaxops.roi_align(X, rois, np.array([0]), mode=mode)
+    np.testing.assert_array_equal(np.asarray(y), 0.0)
+  # sampling_ratio 2: every sample of a zero-width box sits on x = 1 - 0.5 = 0.5; rows at
+  # start 0.5 + (i + 0.5) * 1 = 1.0, 2.0 (bin of 2 rows): mean row 1.5: 4 * 1.5 + 0.5 = 6.5.
+  y = jaxops.roi_align(X, rois, np.array([0]), sampling_ratio=2)
+  np.testing.assert_allclose(np.asarray(y).ravel(), [6.5], rtol=1e-12)
+  # output_half_pixel makes the box at least 1 x 1: x from 1 to 2, one sample at 1.5.
+  y = jaxops.roi_align(X, rois, np.array([0]), coordinate_transformation_mode="output_half_pixel")
+  # rows 1..3 with g = 2: samples 1.5, 2.5; mean 2.0: 4 * 2 + 1.5 = 9.5
+  np.testing.assert_allclose(np.asarray(y).ravel(), [9.5], rtol=1e-12)
+
+
+def test_max_sampling_ratio_caps_the_count():
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((1, 2, 8, 8))
+  rois = np.array([[0.5, 0.5, 3.0, 3.5], [1.0, 0.0, 7.0, 7.5]])
+  b = np.array([0, 0])
+  # counts ceil(size / 2) <= 4 here: capping at 4 changes nothing ...
+  np.testing.assert_allclose(
+      np.asarray(jaxops.roi_align(x, rois, b, output_height=2, output_width=2,
+                                  max_sampling_ratio=4)),
+      np.asarray(jaxops.roi_align(x, rois, b, output_height=2, output_width=2)), rtol=1e-12)
+  # ... capping at 1 equals sampling_ratio 1.
+  for mode in ("avg", "max"):
+    np.testing.assert_allclose(
+        np.asarray(jaxops.roi_align(x, rois, b, mode=mode, output_height=2, output_width=2,
+                                    max_sampling_ratio=1)),
+        np.asarray(jaxops.roi_align(x, rois, b, mode=mode, output_height=2, output_width=2,
+                                    sampling_ratio=1)), rtol=1e-12)
+
+
+def test_errors():
+  r, b = np.zeros((1, 4)), np.zeros((1,), np.int64)
+  with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `mode`.*'avg'"):
+    jaxops.roi_align(X, r, b, mode="mean")
+  with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `coordinate_transformation"):
+    jaxops.roi_align(X, r, b, coordinate_transformation_mode="align_corners")
+  with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `output_height`.*>= 1"):
+    jaxops.roi_align(X, r, b, output_height=0)
+  with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `sampling_ratio`.*>= 0"):
+    jaxops.roi_align(X, r, b, sampling_ratio=-1)
+  with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `max_sampling_ratio`"):
+    jaxops.roi_align(X, r, b, max_sampling_ratio=0)
+  with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `rois`.*\(num_rois, 4\)"):
+    jaxops.roi_align(X, np.zeros((1, 5)), b)
+  with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `batch_indices`"):
+    jaxops.roi_align(X, r, np.zeros((2,), np.int64))
+  with pytest.raises(TypeError, match=r"jaxops.roi_align: argument `batch_indices`.*integer"):
+    jaxops.roi_align(X, r, np.zeros((1,)))
+  with pytest.raises(TypeError, match=r"jaxops.roi_align: argument `x`"):
+    jaxops.roi_align(X.astype(np.int32), r, b)
+  with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `x`.*rank 4"):
+    jaxops.roi_align(X[0], r, b)
+  with pytest.raises(TypeError, match=r"jaxops.roi_align: argument `spatial_scale`"):
+    jaxops.roi_align(X, r, b, spatial_scale="2")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, np.float32, np.float64])
+def test_dtypes_follow_x(dtype):
+  rois = np.array([[0.3, 0.2, 3.1, 2.9]])
+  y = jaxops.roi_align(X.astype(dtype), rois.astype(dtype), np.array([0]), output_height=2,
+                       output_width=2, sampling_ratio=2)
+  assert y.dtype == np.dtype(dtype)
+  node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=2, output_width=2,
+                          sampling_ratio=2)
+  want = ReferenceEvaluator(node).run(None, {"x": X, "r": rois, "b": np.array([0])})[0]
+  tol = {np.float64: 1e-12, np.float32: 1e-5}.get(dtype, 2e-2)
+  np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=tol, atol=tol * 10)
+
+
+# --- the ONNX adapters ----------------------------------------------------------------------
+
+
+def _run(version, **attrs):
+  node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], **attrs)
+  rois = np.array([[0.0, 0.0, 2.0, 2.0]], np.float32)
+  return Backend.run_node(node, [X.astype(np.float32), rois, np.array([0], np.int64)],
+                          opset_version=version)[0]
+
+
+def test_onnx_versions():
+  # RoiAlign-10 behaves as output_half_pixel and has no attribute for it.
+  np.testing.assert_array_equal(_run(10), _run(16, coordinate_transformation_mode=
+                                               "output_half_pixel"))
+  assert not np.array_equal(_run(16), _run(10))  # 16's default is half_pixel
+  with pytest.raises(ValueError, match="RoiAlign-10 has no attribute "
+                                       "coordinate_transformation_mode"):
+    _run(10, coordinate_transformation_mode="half_pixel")
+  with pytest.raises(TypeError, match="RoiAlign version 16 does not allow X of type BFLOAT16"):
+    node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"])
+    Backend.run_node(node, [X.astype(jnp.bfloat16), np.zeros((1, 4), jnp.bfloat16),
+                            np.array([0], np.int64)], opset_version=16)
+
+
+def test_deviation_max_mode_front_end_follows_the_node_case_core_follows_the_spec():
+  # Box [0, 0, 2, 2], output_half_pixel, sampling_ratio 2: samples at 0.5 and 1.5 per axis.
+  # Spec (jaxops.roi_align): the largest bilinear sample, X(1.5, 1.5) = 7.5. The ONNX front end,
+  # as ONNX's node case test_roialign_mode_max, onnx.reference and onnxruntime: the largest
+  # weighted corner of each sample; at (1.5, 1.5) the corners (1, 1), (1, 2), (2, 1), (2, 2)
+  # hold 5, 6, 9, 10, each with weight 0.25: 2.5; other samples give less.
+  spec = jaxops.roi_align(X, np.array([[0.0, 0.0, 2.0, 2.0]]), np.array([0]), mode="max",
+                          sampling_ratio=2, coordinate_transformation_mode="output_half_pixel")
+  np.testing.assert_allclose(np.asarray(spec).ravel(), [7.5], rtol=1e-12)
+  front = _run(22, mode="max", sampling_ratio=2,
+               coordinate_transformation_mode="output_half_pixel")
+  np.testing.assert_allclose(front.ravel(), [2.5], rtol=1e-6)
+
+
+# --- gradients, vmap, retrace ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sampling_ratio", [2, 0])
+def test_gradients_against_central_differences_float64(sampling_ratio):
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((2, 2, 5, 6))
+  # boxes whose samples avoid integer coordinates and whose adaptive counts are not at a jump
+  rois = np.array([[0.7, 0.6, 4.3, 3.9], [1.2, 0.3, 3.4, 4.2]])
+  b = np.array([1, 0])
+  for mode in ("avg", "max"):
+    f = lambda v, r, m=mode: jaxops.roi_align(  # noqa: E731
+        v, r, b, mode=m, output_height=2, output_width=2, sampling_ratio=sampling_ratio)
+    check_grads(f, (x, rois), order=1, modes=("fwd", "rev"), eps=1e-6)
+  # avg is linear in x: order 2 in x
+  check_grads(lambda v: jaxops.roi_align(v, rois, b, output_height=2, output_width=2,
+                                         sampling_ratio=sampling_ratio), (x,), order=2,
+              modes=("rev",))
+
+
+def test_vmap_over_roi_sets_and_no_retrace():
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal((2, 2, 6, 6))
+  sets = rng.uniform(0, 5, (4, 3, 4))
+  sets[..., 2:] = sets[..., :2] + rng.uniform(0.5, 3, (4, 3, 2))
+  b = np.array([0, 1, 1])
+  f = lambda r: jaxops.roi_align(x, r, b, output_height=2, output_width=2)  # noqa: E731
+  got = jax.vmap(f)(sets)
+  node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=2, output_width=2)
+  for i in range(4):
+    want = ReferenceEvaluator(node).run(None, {"x": x, "r": sets[i], "b": b})[0]
+    np.testing.assert_allclose(np.asarray(got[i]), want, rtol=1e-10, atol=1e-12)
+
+  @jax.jit
+  @chex.assert_max_traces(n=1)
+  def g(v, r):
+    return jaxops.roi_align(v, r, b, output_height=2, output_width=2)
+
+  for i in range(3):
+    g(x + i, sets[i])

@@ -1,0 +1,151 @@
+"""roi_align on seeded random configurations against onnx.reference and onnxruntime.
+
+Oracles: onnx.reference (RoiAlign-22 and -10), onnxruntime (RoiAlign-10 and -16; it has no
+RoiAlign-22 kernel), through the ONNX front end for mode="max" (which takes the largest weighted
+corner value, as both oracles do) and through jaxops.roi_align for mode="avg". jaxops.roi_align's
+own max (the largest interpolated sample, the spec's reading) is checked against onnx.reference's
+*average* of one sample per sub-bin: with output (h * g, w * g) and sampling_ratio 1 each sub-bin
+holds exactly one of the g x g samples of the coarse bin, at the same position.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import jaxops
+from jaxops import _roi_align
+from jaxops.onnx import Backend
+
+pytestmark = pytest.mark.slow
+
+
+def _node(opset, **attrs):
+  if opset == 10:
+    attrs.pop("coordinate_transformation_mode", None)
+  return helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], **attrs)
+
+
+def _reference(x, rois, bi, **attrs):
+  return ReferenceEvaluator(_node(22, **attrs)).run(None, {"x": x, "r": rois, "b": bi})[0]
+
+
+def _ort(opset, x, rois, bi, **attrs):
+  node = _node(opset, **attrs)
+  ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("b", TensorProto.INT64, None)]
+  graph = helper.make_graph([node], "g", ins,
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+  model.ir_version = 10
+  options = ort.SessionOptions()
+  options.log_severity_level = 4
+  sess = ort.InferenceSession(model.SerializeToString(), options,
+                              providers=["CPUExecutionProvider"])
+  return sess.run(None, {"x": x, "r": rois, "b": bi})[0]
+
+
+def _configs(n, seed, draws=10):
+  """``n`` configurations: n / draws static combinations (mode, coordinates, sampling,
+  scale, output and map sizes), each with ``draws`` random maps and boxes (compiled once)."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for t in range(n // draws):
+    h, w = (int(v) for v in rng.integers(1, 10, 2))
+    scale = float(rng.choice([1.0, 0.5, 0.25, 2.0]))
+    attrs = dict(mode="avg" if t % 3 else "max",
+                 coordinate_transformation_mode=("half_pixel", "output_half_pixel")[(t // 3) % 2],
+                 sampling_ratio=int(rng.choice([0, 0, 1, 2, 3])),
+                 spatial_scale=scale, output_height=int(rng.integers(1, 4)),
+                 output_width=int(rng.integers(1, 4)))
+    for d in range(draws):
+      num = 3
+      xs = rng.uniform(-3, (w + 3) / scale, (num, 2))
+      ys = rng.uniform(-3, (h + 3) / scale, (num, 2))
+      if d % 5 == 0:  # zero-size boxes (onnxruntime#6921)
+        xs[:, 1] = xs[:, 0]
+      rois = np.stack([xs.min(1), ys.min(1), xs.max(1), ys.max(1)], 1).astype(np.float32)
+      x = rng.standard_normal((2, 2, h, w)).astype(np.float32)
+      bi = rng.integers(0, 2, num).astype(np.int64)
+      out.append((x, rois, bi, dict(attrs)))
+  return out
+
+
+def _jaxops(x, rois, bi, attrs, opset=22):
+  if attrs["mode"] == "max":
+    # what the ONNX front end runs (the oracles' max of weighted corners; the front end itself
+    # is checked in test_traced_adaptive_count_is_exact_under_jit), compiled once per combination
+    del opset
+    cfg = _roi_align._config("max", attrs["output_height"], attrs["output_width"],
+                             attrs["sampling_ratio"], attrs["spatial_scale"],
+                             attrs["coordinate_transformation_mode"], None, True)
+    return np.asarray(_roi_align._roi_align_checked(x, rois, bi, cfg))
+  return np.asarray(jaxops.roi_align(x, rois, bi, **attrs))
+
+
+def test_against_reference_300_configurations():
+  for x, rois, bi, attrs in _configs(300, 0):
+    np.testing.assert_allclose(_jaxops(x, rois, bi, attrs), _reference(x, rois, bi, **attrs),
+                               rtol=2e-5, atol=2e-5, err_msg=str(attrs))
+
+
+def test_against_onnxruntime_300_configurations():
+  for i, (x, rois, bi, attrs) in enumerate(_configs(300, 1)):
+    opset = 16
+    if (i // 10) % 4 == 0:  # RoiAlign-10: output_half_pixel, no attribute
+      attrs["coordinate_transformation_mode"] = "output_half_pixel"
+      opset = 10
+    want = _ort(opset, x, rois, bi, **attrs)
+    np.testing.assert_allclose(_jaxops(x, rois, bi, attrs, opset), want, rtol=2e-5, atol=2e-5,
+                               err_msg=f"{opset} {attrs}")
+
+
+def test_spec_max_against_reference_sub_bins():
+  for x, rois, bi, attrs in _configs(60, 2, draws=5):
+    attrs["mode"] = "max"
+    got = np.asarray(jaxops.roi_align(x, rois, bi, **attrs))
+    oh, ow = attrs["output_height"], attrs["output_width"]
+    sub = dict(attrs, mode="avg", sampling_ratio=1)
+    half = attrs["coordinate_transformation_mode"] == "half_pixel"
+    for r in range(len(rois)):
+      # the coarse bin's sample counts, as the spec (and the reference) compute them
+      off = 0.5 if half else 0.0
+      s = np.float32(attrs["spatial_scale"])
+      size_w = (rois[r, 2] * s - off) - (rois[r, 0] * s - off)
+      size_h = (rois[r, 3] * s - off) - (rois[r, 1] * s - off)
+      if not half:
+        size_w, size_h = max(size_w, 1.0), max(size_h, 1.0)
+      gh = attrs["sampling_ratio"] or int(np.ceil(size_h / oh))
+      gw = attrs["sampling_ratio"] or int(np.ceil(size_w / ow))
+      if gh == 0 or gw == 0:  # no samples: 0
+        np.testing.assert_array_equal(got[r], 0.0)
+        continue
+      fine = _reference(x, rois[r:r + 1], bi[r:r + 1],
+                        **dict(sub, output_height=oh * gh, output_width=ow * gw))
+      want = fine.reshape(1, x.shape[1], oh, gh, ow, gw).max(axis=(3, 5))
+      np.testing.assert_allclose(got[r:r + 1], want, rtol=2e-5, atol=2e-5, err_msg=str(attrs))
+
+
+def test_traced_adaptive_count_is_exact_under_jit():
+  f = jax.jit(lambda x, r, b: jaxops.roi_align(x, r, b, output_height=2, output_width=3))
+  g = jax.jit(lambda x, r, b: jaxops.roi_align(x, r, b, mode="max", output_height=2,
+                                               output_width=3))
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((2, 2, 6, 7)).astype(np.float32)
+  for scale in (1.0, 3.0, 20.0):  # boxes up to many times the map: counts far above H / 2
+    xs = rng.uniform(-2, 8, (5, 2)) * scale
+    ys = rng.uniform(-2, 7, (5, 2)) * scale
+    rois = np.stack([xs.min(1), ys.min(1), xs.max(1), ys.max(1)], 1).astype(np.float32)
+    bi = np.array([0, 1, 0, 1, 1], np.int64)
+    attrs = dict(output_height=2, output_width=3)
+    np.testing.assert_allclose(np.asarray(f(x, rois, bi)), _reference(x, rois, bi, **attrs),
+                               rtol=2e-5, atol=2e-5)
+    corner = np.asarray(Backend.run_node(_node(22, mode="max", **attrs), [x, rois, bi])[0])
+    np.testing.assert_allclose(corner, _reference(x, rois, bi, mode="max", **attrs), rtol=2e-5,
+                               atol=2e-5)
+    assert np.asarray(g(x, rois, bi)).shape == (5, 2, 2, 3)
