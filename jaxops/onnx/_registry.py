@@ -537,28 +537,6 @@ _LP_POOL_ATTRS[18] = _LP_POOL_ATTRS[22] = _LP_POOL_ATTRS[1] + ("ceil_mode", "dil
 def _pool_node_checks(op: str, version: int, allowed: Sequence[str], x: Any,
                       attrs: dict[str, Any], kernel: bool = True) -> None:
   """The attribute set of this version, the required kernel_shape, the input type and rank."""
-
-
-# --- GridSample / AffineGrid / RoiAlign ---------------------------------------------------------
-# GridSample-16 spells the modes bilinear/nearest/bicubic and takes 4-D input only; 20 and 22
-# spell linear/nearest/cubic and take any rank (22 adds bfloat16). AffineGrid-20's `size` decides
-# the output shape: a static input. RoiAlign-10 has no coordinate_transformation_mode and behaves
-# as output_half_pixel; 16 adds the attribute (default half_pixel); 22 adds bfloat16. Every
-# version's mode="max" takes the largest weighted corner value of each sample, as ONNX's node
-# case, onnx.reference and onnxruntime do (jaxops.roi_align takes the largest interpolated
-# sample, as the spec text reads: docs/DEVIATIONS.md, RoiAlign).
-
-_GRID_SAMPLE_MODES = {16: {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"},
-                      20: {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}}
-_GRID_SAMPLE_MODES[22] = _GRID_SAMPLE_MODES[20]
-
-
-def _str_attr(attrs: dict[str, Any], name: str, default: str) -> str:
-  value = attrs.get(name, default)
-  return value.decode() if isinstance(value, bytes) else value
-
-
-def _unknown_attrs(op: str, version: int, attrs: dict[str, Any], allowed: Sequence[str]) -> None:
   unknown = sorted(set(attrs) - set(allowed))
   if unknown:
     raise ValueError(f"jaxops.onnx: {op}-{version} has no attribute(s) {unknown}; it takes "
@@ -597,31 +575,6 @@ def _max_pool(version: int) -> Adapt:
                           return_indices=True, **_window_kwargs(attrs))
     return [y, indices]
 
-
-def _grid_sample(version: int) -> Adapt:
-  modes = _GRID_SAMPLE_MODES[version]
-
-  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._grid_sample import grid_sample
-
-    _unknown_attrs("GridSample", version, attrs, ("align_corners", "mode", "padding_mode"))
-    x, grid = inputs[0], inputs[1]
-    mode = _str_attr(attrs, "mode", "bilinear" if version == 16 else "linear")
-    if mode not in modes:
-      other = [v for v, m in _GRID_SAMPLE_MODES.items() if mode in m]
-      hint = (f" ({mode!r} is the spelling of GridSample-{other[-1] if version == 16 else 16})"
-              if other else "")
-      raise ValueError(f"jaxops.onnx: GridSample-{version} attribute `mode` must be one of "
-                       f"{sorted(modes)}; got {mode!r}{hint}")
-    if version == 16 and np.ndim(x) != 4:
-      raise ValueError(f"jaxops.onnx: GridSample-16 takes 4-D X (N, C, H, W) only; got rank "
-                       f"{np.ndim(x)} (GridSample-20+ takes any rank)")
-    _check_type("GridSample", version, "T1", "X", _type_name(x))
-    _check_type("GridSample", version, "T2", "grid", _type_name(grid))
-    return [grid_sample(x, grid, mode=modes[mode],
-                        padding_mode=_str_attr(attrs, "padding_mode", "zeros"),
-                        align_corners=bool(attr(attrs, "align_corners", 0)))]
-
   return adapt
 
 
@@ -643,44 +596,6 @@ def _max_unpool(version: int) -> Adapt:
     return [max_unpool(x, indices, ints(attrs["kernel_shape"]) or (),
                        strides=ints(attrs.get("strides")), pads=ints(attrs.get("pads")),
                        output_shape=ints(output_shape))]
-for _v in (16, 20, 22):
-  register("GridSample", _v)(_grid_sample(_v))
-
-
-@register("AffineGrid", 20, static_inputs=(1,))
-def _affine_grid_20(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-  from jaxops._grid_sample import affine_grid
-
-  _unknown_attrs("AffineGrid", 20, attrs, ("align_corners",))
-  _check_type("AffineGrid", 20, "T1", "theta", _type_name(inputs[0]))
-  return [affine_grid(inputs[0], np.asarray(inputs[1]).reshape(-1),
-                      align_corners=bool(attr(attrs, "align_corners", 0)))]
-
-
-_ROI_ALIGN_ATTRS = ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale")
-
-
-def _roi_align(version: int) -> Adapt:
-  allowed = _ROI_ALIGN_ATTRS + (("coordinate_transformation_mode",) if version >= 16 else ())
-
-  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops import _roi_align
-
-    if version < 16 and "coordinate_transformation_mode" in attrs:
-      raise ValueError("jaxops.onnx: RoiAlign-10 has no attribute coordinate_transformation_mode "
-                       "(RoiAlign-16 added it); version 10 behaves as output_half_pixel")
-    _unknown_attrs("RoiAlign", version, attrs, allowed)
-    x, rois, batch_indices = inputs[:3]
-    _check_type("RoiAlign", version, "T1", "X", _type_name(x))
-    _check_type("RoiAlign", version, "T1", "rois", _type_name(rois))
-    _check_type("RoiAlign", version, "T2", "batch_indices", _type_name(batch_indices))
-    ctm = (_str_attr(attrs, "coordinate_transformation_mode", "half_pixel") if version >= 16
-           else "output_half_pixel")
-    mode = _str_attr(attrs, "mode", "avg")
-    cfg = _roi_align._config(mode, attr(attrs, "output_height", 1),
-                             attr(attrs, "output_width", 1), attr(attrs, "sampling_ratio", 0),
-                             attr(attrs, "spatial_scale", 1.0), ctm, None, mode == "max")
-    return [_roi_align._roi_align_checked(x, rois, batch_indices, cfg)]
 
   return adapt
 
@@ -739,5 +654,102 @@ def _global_lp_pool(version: int) -> Adapt:
 
 for _v in (1, 2, 22):
   register("GlobalLpPool", _v)(_global_lp_pool(_v))
+
+
+# --- GridSample / AffineGrid / RoiAlign ---------------------------------------------------------
+# GridSample-16 spells the modes bilinear/nearest/bicubic and takes 4-D input only; 20 and 22
+# spell linear/nearest/cubic and take any rank (22 adds bfloat16). AffineGrid-20's `size` decides
+# the output shape: a static input. RoiAlign-10 has no coordinate_transformation_mode and behaves
+# as output_half_pixel; 16 adds the attribute (default half_pixel); 22 adds bfloat16. Every
+# version's mode="max" takes the largest weighted corner value of each sample, as ONNX's node
+# case, onnx.reference and onnxruntime do (jaxops.roi_align takes the largest interpolated
+# sample, as the spec text reads: docs/DEVIATIONS.md, RoiAlign).
+
+_GRID_SAMPLE_MODES = {16: {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"},
+                      20: {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}}
+_GRID_SAMPLE_MODES[22] = _GRID_SAMPLE_MODES[20]
+
+
+def _str_attr(attrs: dict[str, Any], name: str, default: str) -> str:
+  value = attrs.get(name, default)
+  return value.decode() if isinstance(value, bytes) else value
+
+
+def _unknown_attrs(op: str, version: int, attrs: dict[str, Any], allowed: Sequence[str]) -> None:
+  unknown = sorted(set(attrs) - set(allowed))
+  if unknown:
+    raise ValueError(f"jaxops.onnx: {op}-{version} has no attribute(s) {unknown}; it takes "
+                     f"{sorted(allowed)}")
+
+
+def _grid_sample(version: int) -> Adapt:
+  modes = _GRID_SAMPLE_MODES[version]
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._grid_sample import grid_sample
+
+    _unknown_attrs("GridSample", version, attrs, ("align_corners", "mode", "padding_mode"))
+    x, grid = inputs[0], inputs[1]
+    mode = _str_attr(attrs, "mode", "bilinear" if version == 16 else "linear")
+    if mode not in modes:
+      other = [v for v, m in _GRID_SAMPLE_MODES.items() if mode in m]
+      hint = (f" ({mode!r} is the spelling of GridSample-{other[-1] if version == 16 else 16})"
+              if other else "")
+      raise ValueError(f"jaxops.onnx: GridSample-{version} attribute `mode` must be one of "
+                       f"{sorted(modes)}; got {mode!r}{hint}")
+    if version == 16 and np.ndim(x) != 4:
+      raise ValueError(f"jaxops.onnx: GridSample-16 takes 4-D X (N, C, H, W) only; got rank "
+                       f"{np.ndim(x)} (GridSample-20+ takes any rank)")
+    _check_type("GridSample", version, "T1", "X", _type_name(x))
+    _check_type("GridSample", version, "T2", "grid", _type_name(grid))
+    return [grid_sample(x, grid, mode=modes[mode],
+                        padding_mode=_str_attr(attrs, "padding_mode", "zeros"),
+                        align_corners=bool(attr(attrs, "align_corners", 0)))]
+
+  return adapt
+
+
+for _v in (16, 20, 22):
+  register("GridSample", _v)(_grid_sample(_v))
+
+
+@register("AffineGrid", 20, static_inputs=(1,))
+def _affine_grid_20(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+  from jaxops._grid_sample import affine_grid
+
+  _unknown_attrs("AffineGrid", 20, attrs, ("align_corners",))
+  _check_type("AffineGrid", 20, "T1", "theta", _type_name(inputs[0]))
+  return [affine_grid(inputs[0], np.asarray(inputs[1]).reshape(-1),
+                      align_corners=bool(attr(attrs, "align_corners", 0)))]
+
+
+_ROI_ALIGN_ATTRS = ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale")
+
+
+def _roi_align(version: int) -> Adapt:
+  allowed = _ROI_ALIGN_ATTRS + (("coordinate_transformation_mode",) if version >= 16 else ())
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops import _roi_align
+
+    if version < 16 and "coordinate_transformation_mode" in attrs:
+      raise ValueError("jaxops.onnx: RoiAlign-10 has no attribute coordinate_transformation_mode "
+                       "(RoiAlign-16 added it); version 10 behaves as output_half_pixel")
+    _unknown_attrs("RoiAlign", version, attrs, allowed)
+    x, rois, batch_indices = inputs[:3]
+    _check_type("RoiAlign", version, "T1", "X", _type_name(x))
+    _check_type("RoiAlign", version, "T1", "rois", _type_name(rois))
+    _check_type("RoiAlign", version, "T2", "batch_indices", _type_name(batch_indices))
+    ctm = (_str_attr(attrs, "coordinate_transformation_mode", "half_pixel") if version >= 16
+           else "output_half_pixel")
+    mode = _str_attr(attrs, "mode", "avg")
+    cfg = _roi_align._config(mode, attr(attrs, "output_height", 1),
+                             attr(attrs, "output_width", 1), attr(attrs, "sampling_ratio", 0),
+                             attr(attrs, "spatial_scale", 1.0), ctm, None, mode == "max")
+    return [_roi_align._roi_align_checked(x, rois, batch_indices, cfg)]
+
+  return adapt
+
+
 for _v in (10, 16, 22):
   register("RoiAlign", _v)(_roi_align(_v))
