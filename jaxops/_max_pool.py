@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -230,12 +231,11 @@ def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
   lead = x.ndim - len(axes)
   xp = _padded(x, axes, _lowest(x.dtype))
   tdtype = _tap_dtype(axes)
-  best = arg = None
-  for t, tap in enumerate(_taps(axes)):
+  taps = _taps(axes)
+  best = _tap_slice(xp, axes, taps[0])
+  arg = jnp.zeros(best.shape, tdtype)
+  for t, tap in enumerate(taps[1:], start=1):
     v = _tap_slice(xp, axes, tap)
-    if best is None:
-      best, arg = v, jnp.zeros(v.shape, tdtype)
-      continue
     take = v > best
     mask = _first_mask(plan, tap, lead)
     if mask is not None:
@@ -272,15 +272,14 @@ def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> 
         split[key + (r,)] = lax.squeeze(part, (where,))
     phases = split
   zero = np.zeros((), t.dtype)
-  out = None
+  terms = []
   for n, tap in enumerate(_taps(axes)):
     qr = [divmod(j * a.dilation, a.stride) for j, a in zip(tap, axes)]
     piece = phases[tuple(r for _, r in qr)]
     start = [0] * lead + [q for q, _ in qr]
     limit = list(piece.shape[:lead]) + [q + a.out_len for (q, _), a in zip(qr, axes)]
-    term = jnp.where(arg == n, lax.slice(piece, start, limit), zero)
-    out = term if out is None else out + term
-  return out
+    terms.append(jnp.where(arg == n, lax.slice(piece, start, limit), zero))
+  return functools.reduce(operator.add, terms)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
@@ -329,10 +328,10 @@ def _indices(arg: jax.Array, axes: tuple[WindowAxis, ...], shape: tuple[int, ...
   else:
     step = [math.prod(spatial[:i]) for i in range(nd)]
   # The window start of each output position (static), plus the offset of its winning tap.
-  base = np.zeros((), np.int64)
+  base: np.ndarray = np.zeros((), np.int64)
   for a, st in zip(axes, step):
     base = np.add.outer(base, (np.arange(a.out_len) * a.stride - a.pad_begin) * st)
-  offsets = np.zeros((), np.int64)
+  offsets: np.ndarray = np.zeros((), np.int64)
   for a, st in zip(axes, step):
     offsets = np.add.outer(offsets, np.arange(a.kernel) * a.dilation * st)
   offsets = offsets.reshape(-1)

@@ -525,11 +525,13 @@ for _v in (1, 22):
 # is a float, an integer from version 2. Input types (int8/uint8 MaxPool from 12, bfloat16 from
 # 22) are read from onnx's schema. ONNX requires rank len(kernel_shape) + 2.
 
-_MAX_POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "pads", "strides"),
-                   8: ("auto_pad", "kernel_shape", "pads", "strides", "storage_order")}
+_MAX_POOL_ATTRS: dict[int, tuple[str, ...]] = {
+    1: ("auto_pad", "kernel_shape", "pads", "strides"),
+    8: ("auto_pad", "kernel_shape", "pads", "strides", "storage_order")}
 _MAX_POOL_ATTRS[10] = _MAX_POOL_ATTRS[11] = _MAX_POOL_ATTRS[12] = _MAX_POOL_ATTRS[22] = (
     _MAX_POOL_ATTRS[8] + ("ceil_mode", "dilations"))
-_LP_POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "p", "pads", "strides")}
+_LP_POOL_ATTRS: dict[int, tuple[str, ...]] = {
+    1: ("auto_pad", "kernel_shape", "p", "pads", "strides")}
 _LP_POOL_ATTRS[2] = _LP_POOL_ATTRS[11] = _LP_POOL_ATTRS[1]
 _LP_POOL_ATTRS[18] = _LP_POOL_ATTRS[22] = _LP_POOL_ATTRS[1] + ("ceil_mode", "dilations")
 
