@@ -1,11 +1,13 @@
 """grid_sample() and affine_grid(): ONNX GridSample and AffineGrid (PyTorch's semantics).
 
 Everything that depends only on static arguments (the spatial shapes, the mode, the padding, the
-normalised base grid of affine_grid) is fixed at trace time. The device work of grid_sample is a
-gather on a flattened spatial index, with the channels last so that each tap reads one
-contiguous row of channels, and a weighted sum over the taps; its transpose (the gradient with
-respect to ``x``) is a scatter-add of rows. The weights are jnp functions of the grid, so
-gradients flow to the grid (and through affine_grid to theta).
+normalised base grid of affine_grid) is fixed at trace time. The device work of grid_sample is
+gathers on a flattened spatial index and a weighted sum over the taps. The forward pass gathers
+each tap on every (n, c) plane; under differentiation (a custom_jvp with the same values) linear
+and cubic (zeros/border) read each point's taps as one block of a padded channels-last input,
+so the transpose (the gradient with respect to ``x``) is one block scatter-add per point rather
+than one scatter per tap. The weights are jnp functions of the grid, so gradients flow to the
+grid (and through affine_grid to theta).
 """
 
 from __future__ import annotations
