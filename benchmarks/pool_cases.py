@@ -231,3 +231,199 @@ SPECS = tuple(
     [Spec("AveragePool", c.name, "fwd", _forward(c)) for c in CASES]
     + [Spec("AveragePool", c.name, "bwd", _backward(c)) for c in CASES if c.backward]
     + [Spec("GlobalAveragePool", "2d", p, _global(p == "bwd")) for p in ("fwd", "bwd")])
+
+
+# --- MaxPool (with and without Indices), MaxUnpool, LpPool -----------------------------------
+# Peers: torch (max_pool{2,3}d, max_unpool2d, lp_pool2d), onnxruntime (forward), flax
+# nn.max_pool (channels-last) and lax.reduce_window max with JAX's own gradient
+# (select-and-scatter), the two JAX baselines jaxops' custom JVP is measured against.
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxCase:
+  name: str
+  shape: tuple[int, ...]
+  kernel: tuple[int, ...]
+  strides: tuple[int, ...]
+  pad: tuple[int, ...]  # symmetric, per pooled axis
+
+  @property
+  def n(self) -> int:
+    return len(self.kernel)
+
+  def input_shape(self, ctx: Context) -> tuple[int, ...]:
+    return (1, 2) + (9,) * self.n if ctx.tiny else ctx.sized(self.shape)
+
+  def kw(self) -> dict[str, Any]:
+    return dict(strides=self.strides, pads=self.pad + self.pad)
+
+
+MAX_CASES = (
+    MaxCase("max 2d k3 s2 p1", (8, 64, 112, 112), (3, 3), (2, 2), (1, 1)),
+    MaxCase("max 2d k2 s2", (8, 128, 56, 56), (2, 2), (2, 2), (0, 0)),
+    MaxCase("max 3d k3 s2 p1", (2, 16, 32, 32, 32), (3, 3, 3), (2, 2, 2), (1, 1, 1)),
+)
+
+
+def _max_reduce_window(c: MaxCase) -> Any:
+  from jax import lax
+
+  def f(x: jax.Array) -> jax.Array:
+    return lax.reduce_window(x, -np.inf, lax.max, (1, 1) + c.kernel, (1, 1) + c.strides,
+                             ((0, 0), (0, 0)) + tuple((p, p) for p in c.pad))
+
+  return f
+
+
+def _max_peers(b: Builder, c: MaxCase, x: np.ndarray, ctx: Context, backward: bool) -> None:
+  import flax.linen as nn
+  import torch
+  wrap = grad_of_sum_of_squares if backward else (lambda f: f)
+  if backward:
+    b.skip("onnxruntime", ORT_NO_BACKWARD)
+  elif ctx.device == "cpu":
+    attrs = {"kernel_shape": list(c.kernel), "strides": list(c.strides),
+             "pads": list(c.pad + c.pad)}
+    b.add("onnxruntime", lambda: ort_system("MaxPool", {"x": x}, node_inputs=["x"], attrs=attrs,
+                                            opset=POOL_OPSET, threads=ctx.threads))
+  else:
+    b.skip("onnxruntime", ORT_NOT_ON_GPU)
+  fn = getattr(torch.nn.functional, f"max_pool{c.n}d")
+
+  def op(t: Any) -> Any:
+    return fn(t, c.kernel, c.strides, c.pad)
+
+  b.add("torch", lambda: (torch_grad if backward else torch_forward)(op, x, ctx))
+  b.add("lax.reduce_window", lambda: b.jax(wrap(_max_reduce_window(c)), x,
+                                           note="JAX's own gradient (select-and-scatter)"))
+
+  def flax_system() -> Any:
+    padding = tuple((p, p) for p in c.pad)
+    s = b.jax(wrap(lambda a: nn.max_pool(a, c.kernel, strides=c.strides, padding=padding)),
+              _channels_last(x), note="channels-last input (transposed before timing)")
+    s.view = _channels_first
+    return s
+
+  b.add("flax", flax_system)
+
+
+def _max(c: MaxCase, backward: bool) -> Any:
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
+    import jaxops
+    x = _input(c.input_shape(ctx), ctx)
+    b = Builder(ctx.jax_device(), x)
+    wrap = grad_of_sum_of_squares if backward else (lambda f: f)
+    b.add("jaxops", lambda: b.jax(wrap(lambda v: jaxops.max_pool(v, c.kernel, **c.kw())), x))
+    _max_peers(b, c, x, ctx, backward)
+    y = jaxops.max_pool(np.zeros((1, 1) + x.shape[2:], x.dtype), c.kernel, **c.kw())
+    out = x.nbytes if backward else x.shape[0] * x.shape[1] * y.size * x.itemsize
+    return b, (x.nbytes, out), x.dtype
+
+  return build
+
+
+def _plane_offsets(shape: tuple[int, ...], nd: int) -> np.ndarray:
+  plane = int(np.prod(shape[2:]))
+  return (np.arange(shape[0] * shape[1]) * plane).reshape(shape[:2] + (1,) * nd)
+
+
+def _max_indices(c: MaxCase) -> Any:
+  """Forward with ONNX Indices; torch's per-plane indices are made global for the check."""
+
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
+    import jaxops
+    import torch
+    x = _input(c.input_shape(ctx), ctx)
+    b = Builder(ctx.jax_device(), x)
+    b.add("jaxops", lambda: b.jax(lambda v: jaxops.max_pool(
+        v, c.kernel, return_indices=True, **c.kw())[1], x, note="the indices output"))
+    b.skip("onnxruntime", "the harness binds one output")
+    fn = getattr(torch.nn.functional, f"max_pool{c.n}d")
+    offsets = torch.from_numpy(_plane_offsets(x.shape, c.n))
+
+    def op(t: Any) -> Any:
+      return fn(t, c.kernel, c.strides, c.pad, return_indices=True)[1] + offsets
+
+    b.add("torch", lambda: torch_forward(op, x, ctx))
+    y = jaxops.max_pool(np.zeros((1, 1) + x.shape[2:], x.dtype), c.kernel, **c.kw())
+    return b, (x.nbytes, x.shape[0] * x.shape[1] * y.size * 8), x.dtype
+
+  return build
+
+
+def _max_unpool(backward: bool) -> Any:
+  """MaxUnpool of the 2x2 s2 case: the pooled values and their indices back to 8x128x56x56."""
+  c = MAX_CASES[1]
+
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
+    import jaxops
+    import torch
+    x0 = _input(c.input_shape(ctx), ctx)
+    x0 = np.ascontiguousarray(x0[..., :x0.shape[2] // 2 * 2, :x0.shape[3] // 2 * 2])
+    yt, it = torch.nn.functional.max_pool2d(torch.from_numpy(x0), c.kernel, c.strides,
+                                            return_indices=True)
+    y = yt.numpy()
+    glob = it.numpy() + _plane_offsets(x0.shape, c.n)
+    b = Builder(ctx.jax_device(), y)
+    wrap = grad_of_sum_of_squares if backward else (lambda f: f)
+    ind = jax.device_put(glob.astype(np.int32), ctx.jax_device())
+    b.add("jaxops", lambda: b.jax(wrap(lambda v: jaxops.max_unpool(v, ind, c.kernel,
+                                                                   strides=c.strides)), y))
+    if backward:
+      b.skip("onnxruntime", ORT_NO_BACKWARD)
+    elif ctx.device == "cpu":
+      b.add("onnxruntime", lambda: ort_system(
+          "MaxUnpool", {"x": y, "i": glob.astype(np.int64)}, node_inputs=["x", "i"],
+          attrs={"kernel_shape": list(c.kernel), "strides": list(c.strides)}, opset=POOL_OPSET,
+          threads=ctx.threads))
+    else:
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
+
+    def op(t: Any) -> Any:
+      return torch.nn.functional.max_unpool2d(t, it.to(t.device), c.kernel, c.strides,
+                                              output_size=x0.shape[2:])
+
+    b.add("torch", lambda: (torch_grad if backward else torch_forward)(op, y, ctx))
+    return b, (y.nbytes + glob.nbytes // 2, y.nbytes if backward else x0.nbytes), y.dtype
+
+  return build
+
+
+def _lp(backward: bool) -> Any:
+  """LpPool p=2 3x3 s2 on 8x64x112x112 (no padding: torch's lp_pool has none)."""
+  shape, kernel, strides = (8, 64, 112, 112), (3, 3), (2, 2)
+
+  def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
+    import jaxops
+    import torch
+    x = _input((1, 2, 9, 9) if ctx.tiny else ctx.sized(shape), ctx)
+    b = Builder(ctx.jax_device(), x)
+    wrap = grad_of_sum_of_squares if backward else (lambda f: f)
+    b.add("jaxops", lambda: b.jax(wrap(lambda v: jaxops.lp_pool(v, kernel, p=2,
+                                                                strides=strides)), x))
+    if backward:
+      b.skip("onnxruntime", ORT_NO_BACKWARD)
+    elif ctx.device == "cpu":
+      b.add("onnxruntime", lambda: ort_system(
+          "LpPool", {"x": x}, node_inputs=["x"],
+          attrs={"kernel_shape": list(kernel), "strides": list(strides), "p": 2},
+          opset=POOL_OPSET, threads=ctx.threads))
+    else:
+      b.skip("onnxruntime", ORT_NOT_ON_GPU)
+
+    def op(t: Any) -> Any:
+      return torch.nn.functional.lp_pool2d(t, 2.0, kernel, strides)
+
+    b.add("torch", lambda: (torch_grad if backward else torch_forward)(op, x, ctx))
+    y = jaxops.lp_pool(np.zeros((1, 1) + x.shape[2:], x.dtype), kernel, strides=strides)
+    out = x.nbytes if backward else x.shape[0] * x.shape[1] * y.size * x.itemsize
+    return b, (x.nbytes, out), x.dtype
+
+  return build
+
+
+SPECS = SPECS + tuple(
+    [Spec("MaxPool", c.name, p, _max(c, p == "bwd")) for c in MAX_CASES for p in ("fwd", "bwd")]
+    + [Spec("MaxPool", MAX_CASES[0].name + " indices", "fwd", _max_indices(MAX_CASES[0]))]
+    + [Spec("MaxUnpool", "2d k2 s2", p, _max_unpool(p == "bwd")) for p in ("fwd", "bwd")]
+    + [Spec("LpPool", "p2 2d k3 s2", p, _lp(p == "bwd")) for p in ("fwd", "bwd")])

@@ -1,8 +1,9 @@
 """average_pool() and global_average_pool(): ONNX AveragePool / GlobalAveragePool in JAX.
 
-Everything that depends only on static arguments (output lengths, the padding each window sees,
-the divisor of every output position) is computed once at trace time in NumPy, exactly as the
-ONNX specification writes it. The device work is a sum per window and a division by the static
+Everything that depends only on static arguments (output lengths and the padding each window
+sees, from the window plan in _window.py shared by every pool; the divisor of every output
+position, here) is computed once at trace time in NumPy, exactly as the ONNX specification
+writes it. The device work is a sum per window and a division by the static
 divisor. An average window is a product of per-axis windows, so the sum is separable (and so is
 the divisor): one pass per pooled axis, either shifted slices of a (length / stride, stride)
 reshape or a 1-D ``lax.reduce_window`` (both sums of the zero-padded input, linear, and
@@ -26,122 +27,44 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxops._checks import (ConfigCache, StrEnum, cache_key, floating_input, int_tuple,
-                            value_error)
+from jaxops._checks import ConfigCache, cache_key, floating_input
+from jaxops._window import WindowAxis, window_plan
 
 _DTYPES = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
-_OP = "average_pool"
-
-
-class AutoPad(StrEnum):
-  """ONNX's ``auto_pad`` attribute."""
-
-  NOTSET = "NOTSET"
-  SAME_UPPER = "SAME_UPPER"
-  SAME_LOWER = "SAME_LOWER"
-  VALID = "VALID"
+_OP = "jaxops.average_pool"
 
 
 @dataclasses.dataclass(frozen=True)
-class _Axis:
-  """The static plan of one pooled axis.
+class _AveragePlan:
+  """The static plan of an average pool: the window plan of each pooled axis and, per axis, the
+  divisor of each output position along it (the divisor is their outer product)."""
 
-  ``lo``/``hi`` are the padding the sums see, in input elements: ``hi`` includes the ceil-mode
-  extension and is negative where trailing input elements are read by no window (they are cut
-  off). ``count`` is the divisor of each output position along this axis.
-  """
-
-  k: int
-  s: int
-  d: int
-  lo: int
-  hi: int
-  out: int
-  count: tuple[int, ...]
+  axes: tuple[WindowAxis, ...]
+  counts: tuple[tuple[int, ...], ...]
 
 
 @functools.lru_cache(maxsize=512)  # eager calls reuse the divisor tables of a configuration
-def _spatial_plan(n: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: bool,
-                  count_include_pad: bool, axis: int) -> _Axis:
-  """Output length, summing pads and divisors of one axis, as the spec text defines them."""
-  ext = d * (k - 1) + 1
-  if ext > n + pb + pe:
-    raise ValueError(
-        f"{_OP}: the window along spatial axis {axis} spans {ext} elements (kernel_shape {k}, "
-        f"dilation {d}) but the padded input has only {n + pb + pe} ({n} + pads {pb} + {pe}); "
-        f"the window must fit in the padded input")
-  span = n + pb + pe - ext
-  if ceil_mode:
-    out = -(-span // s) + 1
-    # A window that would start in the right padding is dropped (ONNX AveragePool-22 text,
-    # onnxruntime, PyTorch).
-    if (out - 1) * s >= n + pb:
-      out -= 1
-  else:
-    out = span // s + 1
-  starts = np.arange(out) * s - pb
-  taps = starts[:, None] + d * np.arange(k)[None, :]
-  lo_bound = -pb if count_include_pad else 0
-  hi_bound = n + pe if count_include_pad else n
+def _counts(a: WindowAxis, count_include_pad: bool, axis: int) -> tuple[int, ...]:
+  """The divisor of each output position along one axis, as the spec text defines it."""
+  taps = a.taps()
+  lo_bound = -a.pad_begin if count_include_pad else 0
+  hi_bound = a.size + a.pad_end if count_include_pad else a.size
   count = ((taps >= lo_bound) & (taps < hi_bound)).sum(axis=1)
   if not count_include_pad and np.any(count == 0):
     j = int(np.argmin(count))
     raise ValueError(
         f"{_OP}: with count_include_pad=False, output position {j} along spatial axis {axis} "
-        f"has a window (kernel_shape {k}, dilation {d}, pads {pb}, {pe}) that covers no input "
-        f"element, so its average is undefined; use smaller pads or dilations")
-  hi = (out - 1) * s + ext - n - pb
-  return _Axis(k, s, d, pb, hi, out, tuple(int(c) for c in count))
+        f"has a window (kernel_shape {a.kernel}, dilation {a.dilation}, pads {a.pad_begin}, "
+        f"{a.pad_end}) that covers no input element, so its average is undefined; use smaller "
+        f"pads or dilations")
+  return tuple(int(c) for c in count)
 
 
 def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, dilations: Any,
-          auto_pad: Any, ceil_mode: bool, count_include_pad: bool) -> tuple[_Axis, ...]:
-  kernel = int_tuple(_OP, "kernel_shape", kernel_shape)
-  nd = len(kernel)
-  if nd == 0:
-    raise value_error(_OP, "kernel_shape", kernel_shape, "a non-empty sequence of integers")
-  if any(k < 1 for k in kernel):
-    raise value_error(_OP, "kernel_shape", kernel_shape, "integers >= 1")
-  if len(shape) < nd:
-    raise ValueError(f"{_OP}: argument `x` must have at least {nd} axes for a {nd}-D "
-                     f"kernel_shape {kernel}; got shape {shape}")
-  spatial = shape[len(shape) - nd:]
-  strides_ = (1,) * nd if strides is None else int_tuple(_OP, "strides", strides, length=nd)
-  if any(v < 1 for v in strides_):
-    raise value_error(_OP, "strides", strides, "integers >= 1 (zero or negative strides are "
-                      "not allowed)")
-  dil = (1,) * nd if dilations is None else int_tuple(_OP, "dilations", dilations, length=nd)
-  if any(v < 1 for v in dil):
-    raise value_error(_OP, "dilations", dilations, "integers >= 1")
-  mode = AutoPad.from_string(_OP, "auto_pad", auto_pad)
-  if pads is not None:
-    pads_ = int_tuple(_OP, "pads", pads, length=2 * nd)
-    if any(v < 0 for v in pads_):
-      raise value_error(_OP, "pads", pads, "integers >= 0")
-    if any(p >= k for p, k in zip(pads_, kernel + kernel)):
-      raise value_error(_OP, "pads", pads,
-                        f"smaller than the kernel along its axis (kernel_shape {kernel})")
-    if mode is not AutoPad.NOTSET and any(pads_):
-      raise value_error(_OP, "pads", pads, f"omitted (or zeros) when auto_pad is {mode.value!r}")
-  else:
-    pads_ = (0,) * (2 * nd)
-  begins, ends = list(pads_[:nd]), list(pads_[nd:])
-  if mode is not AutoPad.NOTSET:
-    for i, (n, k, s, d) in enumerate(zip(spatial, kernel, strides_, dil)):
-      ext = d * (k - 1) + 1
-      if mode is AutoPad.VALID:
-        begins[i] = ends[i] = 0
-        continue
-      out = -(-n // s)  # SAME: ceil(n / s) == floor((n - 1) / s) + 1
-      total = max(0, (out - 1) * s + ext - n)
-      small, large = total // 2, total - total // 2
-      begins[i], ends[i] = (small, large) if mode is AutoPad.SAME_UPPER else (large, small)
-    # The spec's SAME/VALID lengths do not depend on ceil_mode (for VALID, AveragePool-11+
-    # writes ceil((n - e + 1) / s) == floor((n - e) / s) + 1), and the padding fits exactly.
-    ceil_mode = False
-  return tuple(
-      _spatial_plan(n, k, s, d, pb, pe, bool(ceil_mode), bool(count_include_pad), i)
-      for i, (n, k, s, d, pb, pe) in enumerate(zip(spatial, kernel, strides_, dil, begins, ends)))
+          auto_pad: Any, ceil_mode: bool, count_include_pad: bool) -> _AveragePlan:
+  axes = window_plan(_OP, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+  counts = tuple(_counts(a, bool(count_include_pad), i) for i, a in enumerate(axes))
+  return _AveragePlan(axes, counts)
 
 
 # Eager calls with a configuration seen before skip the argument checks and the plan building.
@@ -182,7 +105,8 @@ def average_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
       kernel along its axis; default 0. Not allowed (unless all zero) with ``auto_pad`` other
       than "NOTSET".
     dilations: spacing of the window's taps along each pooled axis; default 1.
-    auto_pad: "NOTSET" (use ``pads``), "SAME_UPPER", "SAME_LOWER" or "VALID".
+    auto_pad: "NOTSET" (use ``pads``; the empty string means the same), "SAME_UPPER",
+      "SAME_LOWER" or "VALID".
     ceil_mode: round the output length up instead of down (no effect with auto_pad: the spec's
       SAME and VALID lengths are the same either way).
     count_include_pad: count the padding positions in the divisor.
@@ -221,26 +145,37 @@ def average_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _average_pool(x: jax.Array, plan: tuple[_Axis, ...]) -> jax.Array:
+def _average_pool(x: jax.Array, plan: _AveragePlan) -> jax.Array:
   dtype = x.dtype
   if dtype in (jnp.float16, jnp.bfloat16):
     x = x.astype(jnp.float32)
-  lead = x.ndim - len(plan)
+  lead = x.ndim - len(plan.axes)
+  x = window_sums(x, plan.axes)
+  y = x / _divisor(plan.counts, lead, x.dtype)
+  return y.astype(dtype)
+
+
+def window_sums(x: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
+  """The sum of the zero-padded ``x`` over each window of the trailing ``len(axes)`` axes.
+
+  Linear in ``x`` (JAX transposes it into passes of the same kind). Shared with lp_pool.
+  """
+  lead = x.ndim - len(axes)
   # Innermost axis first. Per axis, the faster of two ways to sum the windows (measured on CPU):
   # shifted slices of a (length / stride, stride) reshape where the windows tile the axis or the
   # axis is the innermost strided one (and the stride divides the length), else a 1-D
   # reduce_window.
-  for i in reversed(range(len(plan))):
-    a = plan[i]
-    if a.k == 1 and a.s == 1 and a.lo == 0 and a.hi == 0:
+  for i in reversed(range(len(axes))):
+    a = axes[i]
+    if a.kernel == 1 and a.stride == 1 and a.pad_begin == 0 and a.pad_end_read == 0:
       continue
-    tiled_or_inner = (a.k == a.s and a.d == 1) or (i == len(plan) - 1 and a.s > 1)
-    if tiled_or_inner and x.shape[lead + i] % a.s == 0:
+    tiled_or_inner = ((a.kernel == a.stride and a.dilation == 1)
+                      or (i == len(axes) - 1 and a.stride > 1))
+    if tiled_or_inner and x.shape[lead + i] % a.stride == 0:
       x = _taps_sum(x, lead + i, a)
     else:
       x = _window_sum(x, lead + i, a)
-  y = x / _divisor(plan, lead, x.dtype)
-  return y.astype(dtype)
+  return x
 
 
 def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
@@ -252,7 +187,7 @@ def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:
   return lax.pad(x, np.zeros((), x.dtype), config)
 
 
-def _taps_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+def _taps_sum(x: jax.Array, axis: int, a: WindowAxis) -> jax.Array:
   """Window sums along ``axis`` as ``k`` shifted slices of ``x`` viewed as (length / s, s).
 
   Tap ``j`` of window ``o`` reads input position ``o * s + m`` with ``m = j * d - lo``; with
@@ -277,24 +212,25 @@ def _taps_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
   return functools.reduce(operator.add, terms)
 
 
-def _window_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+def _window_sum(x: jax.Array, axis: int, a: WindowAxis) -> jax.Array:
   """Window sums along ``axis`` with one 1-D reduce_window (zero padding, dilation)."""
-  x = _pad_axis(x, axis, 0, min(a.hi, 0))  # cut the tail no window reads
+  hi = a.pad_end_read
+  x = _pad_axis(x, axis, 0, min(hi, 0))  # cut the tail no window reads
   window, strides, dil = [1] * x.ndim, [1] * x.ndim, [1] * x.ndim
-  window[axis], strides[axis], dil[axis] = a.k, a.s, a.d
+  window[axis], strides[axis], dil[axis] = a.kernel, a.stride, a.dilation
   padding = [(0, 0)] * x.ndim
-  padding[axis] = (a.lo, max(a.hi, 0))
+  padding[axis] = (a.pad_begin, max(hi, 0))
   return lax.reduce_window(x, np.zeros((), x.dtype), lax.add, tuple(window), tuple(strides),
                            tuple(padding), window_dilation=tuple(dil))
 
 
-def _divisor(plan: tuple[_Axis, ...], lead: int, dtype: Any) -> Any:
+def _divisor(counts: tuple[tuple[int, ...], ...], lead: int, dtype: Any) -> Any:
   """The static divisor: a scalar where it is uniform, else the outer product of the counts."""
-  if all(len(set(a.count)) == 1 for a in plan):
-    return np.asarray(math.prod(a.count[0] for a in plan), dtype)
+  if all(len(set(c)) == 1 for c in counts):
+    return np.asarray(math.prod(c[0] for c in counts), dtype)
   div = np.ones((), np.float64)
-  for a in plan:
-    div = np.multiply.outer(div, np.asarray(a.count, np.float64))
+  for c in counts:
+    div = np.multiply.outer(div, np.asarray(c, np.float64))
   return jnp.asarray(div.reshape((1,) * lead + div.shape), dtype)
 
 
@@ -321,7 +257,7 @@ def global_average_pool(x: jax.typing.ArrayLike) -> jax.Array:
     <BLANKLINE>
             [[5.5]]]], dtype=float32)
   """
-  op = "global_average_pool"
+  op = "jaxops.global_average_pool"
   x = floating_input(op, x, _DTYPES)
   if x.ndim < 2:
     raise ValueError(f"{op}: argument `x` must have at least 2 axes (N, C, spatial...); got "

@@ -23,7 +23,8 @@ from benchmarks import _harness  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OP_FUNCTIONS = {"Resize": "resize", "AveragePool": "average_pool",
-                "GlobalAveragePool": "global_average_pool", "Cast": "cast"}
+                "GlobalAveragePool": "global_average_pool", "Cast": "cast",
+                "MaxPool": "max_pool", "MaxUnpool": "max_unpool", "LpPool": "lp_pool"}
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -43,7 +44,8 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   labels = listed.stdout.split("\n")
   results = json.loads((tmp_path / "r.json").read_text())["results"]
   assert [r["label"] for r in results] == [x for x in labels if x]
-  assert {r["group"] for r in results} == {"Resize", "AveragePool", "GlobalAveragePool", "Cast"}
+  assert {r["group"] for r in results} == {"Resize", "AveragePool", "GlobalAveragePool", "Cast",
+                                           "MaxPool", "MaxUnpool", "LpPool"}
   assert {r["pass"] for r in results} == {"fwd", "bwd"}
   import jaxops
   for r in results:

@@ -156,3 +156,45 @@ def test_jax_image_linear_antialias_is_not_onnx_antialias():
   sizes = (1, 1, 4, 3)
   ours = np.asarray(jax.image.resize(X4, sizes, "linear", antialias=True))
   assert np.max(np.abs(ours - _onnx_ref("linear", sizes, antialias=1))) > 1e-3
+
+
+def _pool_node(op, outputs=("y",), **attrs):
+  return helper.make_node(op, ["x"], list(outputs), **attrs)
+
+
+@pytest.mark.parametrize("attrs", [{"storage_order": 1}, {"ceil_mode": 1}, {"dilations": [2, 2]},
+                                   {"pads": [1, 1, 1, 1]}], ids=str)
+def test_ort_runs_max_pool_with_indices_and_every_attribute(attrs):
+  nodes = [_pool_node("MaxPool", ("y", "i"), kernel_shape=[2, 2], strides=[2, 2], **attrs)]
+  ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(X4.shape))]
+  outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+          helper.make_tensor_value_info("i", TensorProto.INT64, None)]
+  model = helper.make_model(helper.make_graph(nodes, "g", ins, outs),
+                            opset_imports=[helper.make_opsetid("", 22)])
+  model.ir_version = 11
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  y, i = sess.run(None, {"x": X4})
+  assert i.dtype == np.int64 and i.shape == y.shape
+  jy, ji = jaxops.max_pool(X4, (2, 2), strides=(2, 2), return_indices=True,
+                           **{k: v for k, v in attrs.items()})
+  assert jy.shape == y.shape
+
+
+@pytest.mark.parametrize("op, opset, runs", [("LpPool", 1, False), ("LpPool", 2, True), ("LpPool", 11, True),
+                                             ("LpPool", 18, True), ("LpPool", 22, True),
+                                             ("GlobalLpPool", 1, False),
+                                             ("GlobalLpPool", 2, True),
+                                             ("GlobalLpPool", 22, False)])
+def test_ort_lp_pool_versions(op, opset, runs):
+  attrs = {"kernel_shape": [2, 2]} if op == "LpPool" else {}
+  if opset == 1:
+    attrs["p"] = 2.0
+  node = _pool_node(op, **attrs)
+  if runs:
+    assert _ort([node], {"x": X4}, TensorProto.FLOAT, opset).ndim == 4
+  else:
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED|Could not find an implementation"):
+      _ort([node], {"x": X4}, TensorProto.FLOAT, opset)
+  # jaxops runs every version
+  from jaxops.onnx import _registry
+  assert _registry.ADAPTERS[(op, opset)].fn([X4], dict(attrs))[0].ndim == 4

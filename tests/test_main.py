@@ -28,6 +28,11 @@ def test_info_lists_every_version_of_every_op():
   assert rows["Upsample"] == ["1", "7*", "9*", "10*"]
   assert rows["AveragePool"] == [f"{v}*" for v in (1, 7, 10, 11, 19, 22)]
   assert rows["GlobalAveragePool"] == ["1*", "22*"]
+  assert rows["MaxPool"] == [f"{v}*" for v in (1, 8, 10, 11, 12, 22)]
+  assert rows["MaxUnpool"] == [f"{v}*" for v in (9, 11, 22)]
+  assert rows["GlobalMaxPool"] == ["1*", "22*"]
+  assert rows["LpPool"] == [f"{v}*" for v in (1, 2, 11, 18, 22)]
+  assert rows["GlobalLpPool"] == ["1*", "2*", "22*"]
 
 
 def test_conformance_counts_and_exit_code():

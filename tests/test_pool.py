@@ -313,3 +313,46 @@ def test_adapter_input_types_follow_the_schema(op, version):
                          rf"allow input of type {_TYPE_NAMES[dtype]}; allowed: {names}$"):
         adapter.fn([x], dict(attrs))
 
+
+
+# --- auto_pad="" (exporters write it; onnxruntime and onnx.reference read it as NOTSET) ----------
+
+
+def test_empty_auto_pad_reads_as_notset():
+  # pads 1, 1, kernel 2 over [1, 2, 3]: windows (p,1) (1,2) (2,3) (3,p), padding not counted.
+  want = row(1, 1.5, 2.5, 3)
+  for auto_pad in ("", b"", "NOTSET"):
+    got = jaxops.average_pool(row(1, 2, 3), (2,), pads=(1, 1), auto_pad=auto_pad)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("version", [1, 7, 10, 11, 19, 22])
+def test_empty_auto_pad_through_the_backend(version):
+  # The same hand-derived windows as above, from an AveragePool node with auto_pad="".
+  np.testing.assert_array_equal(
+      _run(version, row(1, 2, 3), kernel_shape=[2], pads=[1, 1], auto_pad=""),
+      row(1, 1.5, 2.5, 3))
+  # auto_pad="" with no pads: no padding; kernel 2 stride 1 gives (1,2) (2,3).
+  np.testing.assert_array_equal(_run(version, row(1, 2, 3), kernel_shape=[2], auto_pad=""),
+                                row(1.5, 2.5))
+
+
+def test_empty_auto_pad_matches_onnxruntime_and_reference():
+  ort = pytest.importorskip("onnxruntime")
+  from onnx import TensorProto, helper
+  from onnx.reference import ReferenceEvaluator
+
+  from jaxops.onnx import Backend
+
+  x = np.arange(1.0, 26.0, dtype=np.float32).reshape(1, 1, 5, 5)
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                          pads=[1, 1, 1, 1], auto_pad="")
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 5, 5])],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 3, 3])]),
+      opset_imports=[helper.make_opsetid("", 22)])
+  model.ir_version = 11
+  got = Backend.run_model(model, [x])[0]
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=1e-6)
+  np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-6)

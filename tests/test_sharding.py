@@ -33,7 +33,9 @@ COLLECTIVES = ("all-gather", "all-to-all", "all-reduce", "collective-permute", "
 LAYOUTS = ("batch", "channel", "batch_channel")
 OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "average_pool",
        "average_pool_pads_ceil", "global_average_pool", "cast_float16", "cast_float8e4m3fn",
-       "cast_int8", "cast_bfloat16", "grad_resize_linear", "grad_average_pool")
+       "cast_int8", "cast_bfloat16", "grad_resize_linear", "grad_average_pool", "max_pool",
+       "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
+       "global_max_pool")
 
 
 def _worker_cases():
@@ -69,6 +71,17 @@ def _worker_cases():
           x, scales=(1.0, 1.0, 1.5, 2.0), mode="linear")))), shape, jnp.float32),
       "grad_average_pool": (jax.grad(lambda x: jnp.sum(jnp.sin(jaxops.average_pool(
           x, kernel_shape=(3, 3), strides=(2, 2))))), shape, jnp.float32),
+      "max_pool": (functools.partial(jaxops.max_pool, kernel_shape=(3, 3), strides=(2, 2),
+                                     pads=(1, 1, 1, 1)), shape, jnp.float32),
+      "max_pool_indices": (lambda x: jaxops.max_pool(x, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
+                                                     return_indices=True)[1], shape, jnp.float32),
+      "grad_max_pool": (jax.grad(lambda x: jnp.sum(jnp.sin(jaxops.max_pool(
+          x, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))))), shape, jnp.float32),
+      "lp_pool": (functools.partial(jaxops.lp_pool, kernel_shape=(3, 3), p=3, strides=(2, 2)),
+                  shape, jnp.float32),
+      "grad_lp_pool": (jax.grad(lambda x: jnp.sum(jnp.sin(jaxops.lp_pool(
+          x, (3, 3), strides=(2, 2))))), shape, jnp.float32),
+      "global_max_pool": (jaxops.global_max_pool, shape, jnp.float32),
   }
 
 
@@ -144,9 +157,13 @@ def _run_worker(group: tuple[str, ...]) -> dict:
 
 
 # One subprocess per op family (one test each), so that pytest -n 2 runs them side by side.
+# (max_unpool is not here: its flat-index scatter is not plane-local, XLA gathers for it)
+_MAX_LP = ("max_pool", "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
+           "global_max_pool")
 GROUPS = {
     "resize": tuple(o for o in OPS if "resize" in o),
-    "pool_cast": tuple(o for o in OPS if "resize" not in o),
+    "pool_cast": tuple(o for o in OPS if "resize" not in o and o not in _MAX_LP),
+    "max_lp_pool": _MAX_LP,
 }
 
 

@@ -44,7 +44,8 @@ ADAPTERS: dict[tuple[str, int], Adapter] = {}
 
 # The operators jaxops sets out to cover, every version of each.
 OPERATORS = ("Cast", "CastLike", "ConstantOfShape", "Resize", "Upsample", "AveragePool",
-             "GlobalAveragePool")
+             "GlobalAveragePool", "MaxPool", "MaxUnpool", "GlobalMaxPool", "LpPool",
+             "GlobalLpPool")
 
 
 def register(op_type: str, *since_versions: int, static_inputs: Sequence[int] = (),
@@ -507,3 +508,138 @@ for _v in (1, 22):
   register("GlobalAveragePool", _v, rank=min_rank(2))(_global_average_pool(_v))
 
 
+# --- MaxPool / MaxUnpool / GlobalMaxPool / LpPool / GlobalLpPool --------------------------------
+# Attribute sets per version: MaxPool-8 adds storage_order and the Indices output, MaxPool-10
+# ceil_mode and dilations; LpPool-18 ceil_mode and dilations, LpPool-1's `p` (and GlobalLpPool-1's)
+# is a float, an integer from version 2. Input types (int8/uint8 MaxPool from 12, bfloat16 from
+# 22) are read from onnx's schema. ONNX requires rank len(kernel_shape) + 2.
+
+_MAX_POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "pads", "strides"),
+                   8: ("auto_pad", "kernel_shape", "pads", "strides", "storage_order")}
+_MAX_POOL_ATTRS[10] = _MAX_POOL_ATTRS[11] = _MAX_POOL_ATTRS[12] = _MAX_POOL_ATTRS[22] = (
+    _MAX_POOL_ATTRS[8] + ("ceil_mode", "dilations"))
+_LP_POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "p", "pads", "strides")}
+_LP_POOL_ATTRS[2] = _LP_POOL_ATTRS[11] = _LP_POOL_ATTRS[1]
+_LP_POOL_ATTRS[18] = _LP_POOL_ATTRS[22] = _LP_POOL_ATTRS[1] + ("ceil_mode", "dilations")
+
+
+def _pool_node_checks(op: str, version: int, allowed: Sequence[str], x: Any,
+                      attrs: dict[str, Any], kernel: bool = True) -> None:
+  """The attribute set of this version, the required kernel_shape, the input type and rank."""
+  unknown = sorted(set(attrs) - set(allowed))
+  if unknown:
+    raise ValueError(f"jaxops.onnx: {op}-{version} has no attribute(s) {unknown}; it takes "
+                     f"{sorted(allowed)}")
+  _check_type(op, version, "T" if op != "MaxUnpool" else "T1", "input", _type_name(x))
+  if kernel:
+    if "kernel_shape" not in attrs:
+      raise ValueError(f"jaxops.onnx: {op}-{version} requires attribute kernel_shape")
+    rank = len(attrs["kernel_shape"]) + 2
+    if x.ndim != rank:
+      raise ValueError(f"jaxops.onnx: {op}-{version} input X must have rank len(kernel_shape) "
+                       f"+ 2 = {rank}; got shape {tuple(x.shape)}")
+  elif x.ndim < 2:
+    raise ValueError(f"jaxops.onnx: {op}-{version} input X must have rank >= 2; got shape "
+                     f"{tuple(x.shape)}")
+
+
+def _window_kwargs(attrs: dict[str, Any]) -> dict[str, Any]:
+  return dict(strides=ints(attrs.get("strides")), pads=ints(attrs.get("pads")),
+              dilations=ints(attrs.get("dilations")), auto_pad=attrs.get("auto_pad", "NOTSET"),
+              ceil_mode=bool(attrs.get("ceil_mode", 0)))
+
+
+def _max_pool(version: int) -> Adapt:
+  allowed = _MAX_POOL_ATTRS[version]
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._max_pool import max_pool
+
+    _pool_node_checks("MaxPool", version, allowed, inputs[0], attrs)
+    kernel = ints(attrs["kernel_shape"]) or ()
+    if version < 8:
+      return [max_pool(inputs[0], kernel, **_window_kwargs(attrs))]
+    # Both outputs; XLA drops the indices where the node does not ask for them.
+    y, indices = max_pool(inputs[0], kernel, storage_order=int(attrs.get("storage_order", 0)),
+                          return_indices=True, **_window_kwargs(attrs))
+    return [y, indices]
+
+  return adapt
+
+
+for _v in (1, 8, 10, 11, 12, 22):
+  register("MaxPool", _v)(_max_pool(_v))
+
+
+def _max_unpool(version: int) -> Adapt:
+  allowed = ("kernel_shape", "pads", "strides")
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._max_pool import max_unpool
+
+    inputs = list(inputs) + [None] * (3 - len(inputs))
+    x, indices, output_shape = inputs[:3]
+    _pool_node_checks("MaxUnpool", version, allowed, x, attrs)
+    _check_type("MaxUnpool", version, "T2", "input I", _type_name(indices))
+    output_shape = _optional(output_shape)
+    return [max_unpool(x, indices, ints(attrs["kernel_shape"]) or (),
+                       strides=ints(attrs.get("strides")), pads=ints(attrs.get("pads")),
+                       output_shape=ints(output_shape))]
+
+  return adapt
+
+
+for _v in (9, 11, 22):
+  register("MaxUnpool", _v, static_inputs=(2,))(_max_unpool(_v))
+
+
+def _global_max_pool(version: int) -> Adapt:
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._max_pool import global_max_pool
+
+    _pool_node_checks("GlobalMaxPool", version, (), inputs[0], attrs, kernel=False)
+    return [global_max_pool(inputs[0])]
+
+  return adapt
+
+
+for _v in (1, 22):
+  register("GlobalMaxPool", _v)(_global_max_pool(_v))
+
+
+def _lp_p(op: str, version: int, attrs: dict[str, Any]) -> float:
+  from jaxops._lp_pool import _p_value
+
+  where = f"jaxops.onnx: {op}-{version}"
+  return _p_value(where, attrs.get("p", 2), integer=version >= 2)
+
+
+def _lp_pool(version: int) -> Adapt:
+  allowed = _LP_POOL_ATTRS[version]
+
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._lp_pool import _lp_pool_any_p
+
+    _pool_node_checks("LpPool", version, allowed, inputs[0], attrs)
+    return [_lp_pool_any_p(inputs[0], ints(attrs["kernel_shape"]) or (),
+                           _lp_p("LpPool", version, attrs), **_window_kwargs(attrs))]
+
+  return adapt
+
+
+for _v in (1, 2, 11, 18, 22):
+  register("LpPool", _v)(_lp_pool(_v))
+
+
+def _global_lp_pool(version: int) -> Adapt:
+  def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
+    from jaxops._lp_pool import _global_lp_pool_any_p
+
+    _pool_node_checks("GlobalLpPool", version, ("p",), inputs[0], attrs, kernel=False)
+    return [_global_lp_pool_any_p(inputs[0], _lp_p("GlobalLpPool", version, attrs))]
+
+  return adapt
+
+
+for _v in (1, 2, 22):
+  register("GlobalLpPool", _v)(_global_lp_pool(_v))

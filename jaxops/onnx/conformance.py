@@ -17,7 +17,8 @@ from onnx import numpy_helper
 from jaxops import _dtypes
 
 PREFIXES = ("test_cast_", "test_castlike_", "test_constantofshape_", "test_resize_",
-            "test_upsample_", "test_averagepool_", "test_globalaveragepool_")
+            "test_upsample_", "test_averagepool_", "test_globalaveragepool_", "test_maxpool_",
+            "test_maxunpool_", "test_lppool_", "test_globalmaxpool")
 
 
 @functools.cache
@@ -35,7 +36,7 @@ def op_of(name: str) -> str:
   """The op prefix of a case name ('test_cast_FLOAT_to_INT4' -> 'cast')."""
   for prefix in PREFIXES:
     if name.startswith(prefix):
-      return prefix[len("test_"):-1]
+      return prefix[len("test_"):].rstrip("_")
   raise ValueError(name)
 
 

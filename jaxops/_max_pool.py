@@ -1,0 +1,521 @@
+"""max_pool(), max_unpool(), global_max_pool(): ONNX MaxPool (with Indices), MaxUnpool and
+GlobalMaxPool in JAX.
+
+The windows come from the static plan in _window.py (output lengths, padding, ceil_mode,
+auto_pad, dilations). The device work of max_pool is one pass over the window's taps: tap ``j``
+of every window is one strided slice of the input padded with the lowest value, so the whole
+forward pass is slices, comparisons and selects (no reduce_window). It keeps, per output
+position, the maximum and the number of the tap that holds it; the ONNX Indices output is
+computed from that tap number with static arithmetic.
+
+Which tap wins, exactly (the rule of onnx.reference and of onnxruntime's MaxPool with Indices):
+the window's taps are scanned in window order (row-major over the kernel); the first tap that
+lies in the input is the initial maximum, and a later tap replaces it only if it compares
+strictly greater. So ties go to the first maximum, padding is never selected, and NaN is kept
+only where it is the window's first element in the input (a later NaN never compares greater).
+
+Gradients: a custom JVP sends the tangent of the selected element to each output (a select per
+tap of strided slices); JAX transposes it into pads with interior padding, so the backward pass
+is pads and selects too, not XLA's select-and-scatter. The gradient goes to the element that
+Indices names, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxops._checks import (ConfigCache, as_array, cache_key, concrete, floating_input,
+                            int_tuple, static_bool, value_error)
+from jaxops._window import WindowAxis, window_plan
+
+_FLOATS = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
+_DTYPES = _FLOATS + (np.dtype(np.int8), np.dtype(np.uint8))
+_OP = "jaxops.max_pool"
+
+
+@dataclasses.dataclass(frozen=True)
+class _MaxPlan:
+  """The static plan of a max pool.
+
+  ``axes``: the window plan of each pooled axis. ``first``: per axis and tap, the output
+  positions whose window has this tap as its first tap inside the input (None where there is
+  none, the usual case for every tap but 0); over several axes the first tap of a window is the
+  product of the per-axis ones.
+  """
+
+  axes: tuple[WindowAxis, ...]
+  first: tuple[tuple[tuple[bool, ...] | None, ...], ...]
+
+
+def _first_taps(a: WindowAxis, op: str, axis: int) -> tuple[tuple[bool, ...] | None, ...]:
+  taps = a.taps()
+  inside = (taps >= 0) & (taps < a.size)
+  if not np.all(inside.any(axis=1)):
+    o = int(np.argmin(inside.any(axis=1)))
+    raise ValueError(
+        f"{op}: output position {o} along spatial axis {axis} has a window (kernel_shape "
+        f"{a.kernel}, dilation {a.dilation}, pads {a.pad_begin}, {a.pad_end}) that covers no "
+        f"input element, so its maximum is undefined; use smaller pads or dilations")
+  first = inside & (np.cumsum(inside, axis=1) == 1)
+  return tuple(tuple(bool(v) for v in first[:, j]) if first[:, j].any() else None
+               for j in range(a.kernel))
+
+
+def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, dilations: Any,
+          auto_pad: Any, ceil_mode: Any, op: str = _OP) -> _MaxPlan:
+  axes = window_plan(op, shape, kernel_shape, strides, pads, dilations, auto_pad,
+                     static_bool(op, "ceil_mode", ceil_mode))
+  return _MaxPlan(axes, tuple(_first_taps(a, op, i) for i, a in enumerate(axes)))
+
+
+_PLANS = ConfigCache(_plan)
+
+
+def max_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
+             strides: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+             dilations: Sequence[int] | None = None, auto_pad: str = "NOTSET",
+             ceil_mode: bool = False, storage_order: int = 0,
+             return_indices: bool = False) -> jax.Array | tuple[jax.Array, jax.Array]:
+  """ONNX MaxPool (opset 22): the maximum over each sliding window of the trailing axes.
+
+  The last ``len(kernel_shape)`` axes of ``x`` are pooled (ONNX's layout is ``(N, C, D1, ...,
+  Dn)``); any leading axes are carried through. Output lengths, padding, ``ceil_mode`` (a window
+  that would start in the right padding is dropped), ``auto_pad`` and ``dilations`` are as in
+  :func:`jaxops.average_pool`. Padding is never selected.
+
+  Which element is the maximum: the window's taps are scanned in window order (row-major over
+  the kernel); the first tap inside the input is the initial maximum and a later tap replaces
+  it only if it is strictly greater. So ties go to the first maximum in window order, and a NaN
+  is the result only where it is the window's first element inside the input (a later NaN never
+  compares greater): the rule of onnx.reference and of onnxruntime's MaxPool with Indices.
+
+  Indices (``return_indices=True``, ONNX's second output) are flat positions in ``x``: with
+  ``storage_order=0`` the row-major index over the whole array; with ``storage_order=1`` the
+  leading axes row-major and the pooled axes column-major, i.e. ``lead * P + d1 + D1 * (d2 +
+  D2 * ...)`` with ``P = D1 * ... * Dn`` (ONNX's formula).
+
+  The gradient of the maximum goes to the element that Indices names (PyTorch's rule).
+
+  Args:
+    x: input array: float16, bfloat16, float32, float64, int8 or uint8 (integers stay integer).
+    kernel_shape: window size along each pooled axis.
+    strides: step along each pooled axis; default 1.
+    pads: ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]``, each smaller than the kernel along
+      its axis; default 0. Not allowed (unless all zero) with ``auto_pad`` other than "NOTSET".
+    dilations: spacing of the window's taps along each pooled axis; default 1.
+    auto_pad: "NOTSET" (or ""), "SAME_UPPER", "SAME_LOWER" or "VALID".
+    ceil_mode: round the output length up instead of down.
+    storage_order: 0 (row-major) or 1 (column-major over the pooled axes) for the indices.
+    return_indices: also return the indices.
+
+  ``kernel_shape``, ``strides``, ``pads`` and ``dilations`` decide the output shape, so they must
+  be concrete (Python or NumPy values), also under ``jax.jit``.
+
+  Returns:
+    The pooled array, of the dtype of ``x``; with ``return_indices`` a pair (pooled, indices),
+    the indices int64 (int32 when JAX's 64-bit mode is off; then ``x`` must have fewer than
+    2**31 elements).
+
+  Raises:
+    TypeError: ``x`` has another dtype; a shape argument is traced or not integers; an option
+      has the wrong type.
+    ValueError: as :func:`jaxops.average_pool` for the window arguments; a window that covers
+      only padding; ``storage_order`` not 0 or 1; indices that int32 cannot hold.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops
+    >>> x = jnp.array([[[[1.0, 5.0, 2.0], [4.0, 3.0, 6.0], [0.0, 8.0, 7.0]]]])
+    >>> jaxops.max_pool(x, (2, 2))
+    Array([[[[5., 6.],
+             [8., 8.]]]], dtype=float32)
+    >>> y, i = jaxops.max_pool(x, (2, 2), strides=(2, 2), ceil_mode=True, return_indices=True)
+    >>> y
+    Array([[[[5., 6.],
+             [8., 7.]]]], dtype=float32)
+    >>> i
+    Array([[[[1, 5],
+             [7, 8]]]], dtype=int32)
+  """
+  x = _input(_OP, x)
+  shape = tuple(x.shape)
+  static = (shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+  plan = _PLANS(cache_key(*static), *static)
+  if not static_bool(_OP, "return_indices", return_indices):
+    return _max_pool(x, plan)
+  order = _storage_order(_OP, storage_order)
+  _check_index_range(_OP, shape)
+  return _max_pool_with_indices(x, plan, order)
+
+
+def _input(op: str, x: Any) -> jax.Array:
+  return floating_input(op, x, _DTYPES)
+
+
+def _storage_order(op: str, value: Any) -> int:
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or \
+      int(value) not in (0, 1):
+    raise value_error(op, "storage_order", value, "0 (row-major) or 1 (column-major)")
+  return int(value)
+
+
+def _index_dtype() -> np.dtype:
+  return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+
+
+def _check_index_range(op: str, shape: tuple[int, ...]) -> None:
+  dtype = _index_dtype()
+  if math.prod(shape) > np.iinfo(dtype).max:
+    raise ValueError(f"{op}: an input of shape {shape} has more elements than {dtype.name} "
+                     f"indices can address; enable jax_enable_x64 for int64 indices")
+
+
+def _lowest(dtype: np.dtype) -> Any:
+  if jnp.issubdtype(dtype, jnp.floating):
+    return np.array(-np.inf, dtype)
+  return np.array(np.iinfo(dtype).min, dtype)
+
+
+def _padded(x: jax.Array, axes: tuple[WindowAxis, ...], fill: Any) -> jax.Array:
+  """``x`` padded (or cut) along the pooled axes to exactly what the windows read."""
+  lead = x.ndim - len(axes)
+  config = [(0, 0, 0)] * lead + [(a.pad_begin, a.pad_end_read, 0) for a in axes]
+  if all(c == (0, 0, 0) for c in config):
+    return x
+  return lax.pad(x, fill, config)
+
+
+def _tap_slice(xp: jax.Array, axes: tuple[WindowAxis, ...], tap: tuple[int, ...]) -> jax.Array:
+  """Tap ``tap`` of every window: one strided slice of the padded input."""
+  lead = xp.ndim - len(axes)
+  start = [0] * lead + [j * a.dilation for j, a in zip(tap, axes)]
+  limit = list(xp.shape[:lead]) + [s + (a.out_len - 1) * a.stride + 1
+                                   for s, a in zip(start[lead:], axes)]
+  step = [1] * lead + [a.stride for a in axes]
+  return lax.slice(xp, start, limit, step)
+
+
+def _taps(axes: tuple[WindowAxis, ...]) -> list[tuple[int, ...]]:
+  return list(itertools.product(*[range(a.kernel) for a in axes]))
+
+
+def _tap_dtype(axes: tuple[WindowAxis, ...]) -> np.dtype:
+  n = math.prod(a.kernel for a in axes)
+  return np.dtype(np.int8 if n <= 127 else np.int16 if n <= 32767 else np.int32)
+
+
+def _first_mask(plan: _MaxPlan, tap: tuple[int, ...], lead: int) -> np.ndarray | None:
+  """Static mask of the windows whose first tap inside the input is ``tap`` (None: none)."""
+  parts = [plan.first[i][j] for i, j in enumerate(tap)]
+  if any(p is None for p in parts):
+    return None
+  mask = np.ones((), bool)
+  for p in parts:
+    mask = np.multiply.outer(mask, np.asarray(p, bool))
+  return mask.reshape((1,) * lead + mask.shape)
+
+
+def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
+  """(maximum, number of the winning tap in window order) of every window."""
+  axes = plan.axes
+  lead = x.ndim - len(axes)
+  xp = _padded(x, axes, _lowest(x.dtype))
+  tdtype = _tap_dtype(axes)
+  best = arg = None
+  for t, tap in enumerate(_taps(axes)):
+    v = _tap_slice(xp, axes, tap)
+    if best is None:
+      best, arg = v, jnp.zeros(v.shape, tdtype)
+      continue
+    take = v > best
+    mask = _first_mask(plan, tap, lead)
+    if mask is not None:
+      take = take | mask
+    best = jnp.where(take, v, best)
+    arg = jnp.where(take, np.array(t, tdtype), arg)
+  return best, arg
+
+
+def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
+  """The element of ``t`` at each window's tap ``arg``: linear in ``t``.
+
+  Written so that its transpose (the backward pass of max_pool) is cheap: each pooled axis of
+  the zero-padded ``t`` is viewed as ``(rows, stride)`` and split into its ``stride`` phases;
+  tap ``j`` (padded position ``o * s + j * d = (o + q) * s + r``) reads rows ``o + q`` of phase
+  ``r``, a unit-stride slice. Transposed, every tap becomes a pad of an output-sized array into
+  its phase, and the phases are concatenated back into place: no scatter, no strided writes.
+  """
+  nd = len(axes)
+  lead = t.ndim - nd
+  rows = [max(-(-(a.pad_begin + a.size) // a.stride),
+              a.out_len + (a.extent - 1) // a.stride) for a in axes]
+  config = [(0, 0, 0)] * lead + [(a.pad_begin, r * a.stride - a.pad_begin - a.size, 0)
+                                 for a, r in zip(axes, rows)]
+  tp = lax.pad(t, np.zeros((), t.dtype), config)
+  tp = tp.reshape(t.shape[:lead] + sum(((r, a.stride) for a, r in zip(axes, rows)), ()))
+  phases: dict[tuple[int, ...], jax.Array] = {(): tp}
+  for i, a in enumerate(axes):
+    split: dict[tuple[int, ...], jax.Array] = {}
+    where = lead + i + 1  # the stride axis of pooled axis i, once axes before it are split
+    for key, piece in phases.items():
+      parts = jnp.split(piece, a.stride, axis=where) if a.stride > 1 else [piece]
+      for r, part in enumerate(parts):
+        split[key + (r,)] = lax.squeeze(part, (where,))
+    phases = split
+  zero = np.zeros((), t.dtype)
+  out = None
+  for n, tap in enumerate(_taps(axes)):
+    qr = [divmod(j * a.dilation, a.stride) for j, a in zip(tap, axes)]
+    piece = phases[tuple(r for _, r in qr)]
+    start = [0] * lead + [q for q, _ in qr]
+    limit = list(piece.shape[:lead]) + [q + a.out_len for (q, _), a in zip(qr, axes)]
+    term = jnp.where(arg == n, lax.slice(piece, start, limit), zero)
+    out = term if out is None else out + term
+  return out
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _values_and_taps(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
+  return _argmax(x, plan)
+
+
+@_values_and_taps.defjvp
+def _values_and_taps_jvp(plan: _MaxPlan, primals: tuple[Any, ...],
+                         tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  (x,), (t,) = primals, tangents
+  y, arg = _argmax(x, plan)
+  # Rematerialised, so that the backward pass keeps only the tap numbers (one small integer per
+  # output), not one mask per tap.
+  ty = jax.checkpoint(_select_taps, static_argnums=(2,))(t, lax.stop_gradient(arg), plan.axes)
+  return (y, arg), (ty, np.zeros(arg.shape, jax.dtypes.float0))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _max_pool(x: jax.Array, plan: _MaxPlan) -> jax.Array:
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    return _argmax(x, plan)[0]
+  return _values_and_taps(x, plan)[0]
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _max_pool_with_indices(x: jax.Array, plan: _MaxPlan,
+                           storage_order: int) -> tuple[jax.Array, jax.Array]:
+  if jnp.issubdtype(x.dtype, jnp.floating):
+    y, arg = _values_and_taps(x, plan)
+  else:
+    y, arg = _argmax(x, plan)
+  return y, _indices(lax.stop_gradient(arg), plan.axes, tuple(x.shape), storage_order)
+
+
+def _indices(arg: jax.Array, axes: tuple[WindowAxis, ...], shape: tuple[int, ...],
+             storage_order: int) -> jax.Array:
+  """ONNX's flat index of each window's winning tap ``arg``."""
+  dtype = _index_dtype()
+  nd = len(axes)
+  lead = len(shape) - nd
+  spatial = shape[lead:]
+  plane = math.prod(spatial)
+  if storage_order == 0:
+    step = [math.prod(spatial[i + 1:]) for i in range(nd)]
+  else:
+    step = [math.prod(spatial[:i]) for i in range(nd)]
+  # The window start of each output position (static), plus the offset of its winning tap.
+  base = np.zeros((), np.int64)
+  for a, st in zip(axes, step):
+    base = np.add.outer(base, (np.arange(a.out_len) * a.stride - a.pad_begin) * st)
+  offsets = np.zeros((), np.int64)
+  for a, st in zip(axes, step):
+    offsets = np.add.outer(offsets, np.arange(a.kernel) * a.dilation * st)
+  offsets = offsets.reshape(-1)
+  if len(offsets) <= 32:
+    off = jnp.zeros(arg.shape, dtype)
+    for n, value in enumerate(offsets):
+      if value:
+        off = jnp.where(arg == n, np.array(value, dtype), off)
+  else:
+    off = jnp.asarray(offsets.astype(dtype))[arg.astype(np.int32)]
+  idx = off + jnp.asarray(base.astype(dtype).reshape((1,) * lead + base.shape))
+  if lead:
+    planes = np.arange(math.prod(shape[:lead]), dtype=np.int64).reshape(shape[:lead]) * plane
+    idx = idx + lax.broadcast_in_dim(jnp.asarray(planes.astype(dtype)), arg.shape,
+                                     tuple(range(lead)))
+  return idx
+
+
+# --- global_max_pool ----------------------------------------------------------------------------
+
+
+def global_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
+  """ONNX GlobalMaxPool: the maximum over every axis after the first two.
+
+  ``x`` is ``(N, C, D1, ..., Dn)``; the result is ``(N, C, 1, ..., 1)``. NaN propagates: a plane
+  that holds a NaN has the maximum NaN (jnp.max's rule, and onnx.reference's).
+
+  Args:
+    x: input array with at least two axes, float16, bfloat16, float32 or float64.
+
+  Returns:
+    The maxima, of the same dtype as ``x``.
+
+  Raises:
+    TypeError: ``x`` is not one of the four floating dtypes.
+    ValueError: ``x`` has fewer than two axes.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops
+    >>> jaxops.global_max_pool(jnp.arange(8.0).reshape(1, 2, 2, 2))
+    Array([[[[3.]],
+    <BLANKLINE>
+            [[7.]]]], dtype=float32)
+  """
+  op = "jaxops.global_max_pool"
+  x = floating_input(op, x, _FLOATS)
+  if x.ndim < 2:
+    raise ValueError(f"{op}: argument `x` must have at least 2 axes (N, C, spatial...); got "
+                     f"shape {tuple(x.shape)}")
+  return _global_max_pool(x)
+
+
+@jax.jit
+def _global_max_pool(x: jax.Array) -> jax.Array:
+  return jnp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+# --- max_unpool ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _UnpoolPlan:
+  default: tuple[int, ...]   # the output shape the attributes give
+  out: tuple[int, ...]       # the output shape (output_shape, or the default)
+
+
+def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shape: Any,
+                 strides: Any, pads: Any, output_shape: Any) -> _UnpoolPlan:
+  op = "jaxops.max_unpool"
+  kernel = int_tuple(op, "kernel_shape", kernel_shape)
+  nd = len(kernel)
+  if nd == 0 or any(k < 1 for k in kernel):
+    raise value_error(op, "kernel_shape", kernel_shape, "a non-empty sequence of integers >= 1")
+  if len(x_shape) < nd:
+    raise ValueError(f"{op}: argument `x` must have at least {nd} axes for a {nd}-D "
+                     f"kernel_shape {kernel}; got shape {x_shape}")
+  if tuple(i_shape) != tuple(x_shape):
+    raise ValueError(f"{op}: argument `indices` must have the shape of `x` {x_shape}; got "
+                     f"shape {i_shape}")
+  strides_ = (1,) * nd if strides is None else int_tuple(op, "strides", strides, length=nd,
+                                                         minimum=1)
+  pads_ = (0,) * 2 * nd if pads is None else int_tuple(op, "pads", pads, length=2 * nd,
+                                                       minimum=0)
+  lead = x_shape[:len(x_shape) - nd]
+  spatial = [(n - 1) * s - (pb + pe) + k
+             for n, s, k, pb, pe in zip(x_shape[len(x_shape) - nd:], strides_, kernel,
+                                        pads_[:nd], pads_[nd:])]
+  if any(v < 1 for v in spatial):
+    raise ValueError(f"{op}: kernel_shape {kernel}, strides {strides_} and pads {pads_} give "
+                     f"the output spatial shape {tuple(spatial)} for `x` of shape {x_shape}; "
+                     f"every length must be >= 1")
+  default = tuple(lead) + tuple(spatial)
+  if output_shape is None:
+    return _UnpoolPlan(default, default)
+  out = int_tuple(op, "output_shape", concrete(op, "output_shape", output_shape).reshape(-1))
+  if len(out) == nd and len(x_shape) != nd:
+    out = tuple(lead) + out  # only the pooled axes given
+  if len(out) != len(x_shape) or tuple(out[:len(lead)]) != tuple(lead) or any(
+      o < d for o, d in zip(out, default)):
+    raise value_error(op, "output_shape", output_shape,
+                      f"the shape {default} that the attributes give, or one as long with the "
+                      f"same leading axes {tuple(lead)} and pooled axes at least as long")
+  return _UnpoolPlan(default, tuple(out))
+
+
+_UNPOOL_PLANS = ConfigCache(_unpool_plan)
+
+
+def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
+               kernel_shape: Sequence[int], *, strides: Sequence[int] | None = None,
+               pads: Sequence[int] | None = None,
+               output_shape: Sequence[int] | None = None) -> jax.Array:
+  """ONNX MaxUnpool (opset 22): puts each element of ``x`` at the flat position ``indices``
+  names, zeros elsewhere (the partial inverse of :func:`max_pool` with ``return_indices``).
+
+  The pooled axes are the trailing ``len(kernel_shape)`` axes. The default output length of each
+  is ``(n - 1) * stride + kernel - pad_begin - pad_end``; the leading axes are kept. ``indices``
+  are flat row-major positions in that default-shaped output (as max_pool returns them with
+  ``storage_order=0``). With ``output_shape`` larger than the default, the result is the default
+  one followed by zeros at the end of each pooled axis (the rule of ONNX's node test case and of
+  onnx.reference; onnxruntime and PyTorch instead read the indices in the larger shape, see
+  docs/DEVIATIONS.md).
+
+  Where two elements name the same position, the later one (in row-major order of ``x``) is
+  kept, as the spec's reference loop writes them; indices outside the output are dropped. The
+  result is linear in ``x``, and its gradient with respect to ``x`` gathers the cotangent at
+  the kept positions.
+
+  Args:
+    x: values, float16, bfloat16, float32 or float64.
+    indices: integer array of the shape of ``x``.
+    kernel_shape: window size along each pooled axis.
+    strides: step along each pooled axis; default 1.
+    pads: ``[x1_begin, ..., x1_end, ...]`` of the pooling that made ``x``; default 0.
+    output_shape: the full output shape (or only its pooled axes); default as above.
+
+  ``kernel_shape``, ``strides``, ``pads`` and ``output_shape`` decide the output shape, so they
+  must be concrete.
+
+  Returns:
+    The unpooled array, of the dtype of ``x``.
+
+  Raises:
+    TypeError: ``x`` is not floating or ``indices`` not integer; a shape argument is traced.
+    ValueError: mismatched shapes; a non-positive output length; an ``output_shape`` smaller
+      than the default one or with other leading axes.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops
+    >>> x = jnp.array([[[[1.0, 5.0], [8.0, 7.0]]]])
+    >>> i = jnp.array([[[[1, 7], [13, 15]]]])
+    >>> jaxops.max_unpool(x, i, (2, 2), strides=(2, 2))
+    Array([[[[0., 1., 0., 0.],
+             [0., 0., 0., 5.],
+             [0., 0., 0., 0.],
+             [0., 8., 0., 7.]]]], dtype=float32)
+  """
+  op = "jaxops.max_unpool"
+  x = floating_input(op, x, _FLOATS)
+  indices = as_array(indices)
+  if not jnp.issubdtype(indices.dtype, jnp.integer):
+    raise TypeError(f"{op}: argument `indices` must have an integer dtype; got dtype "
+                    f"{indices.dtype}")
+  static = (tuple(x.shape), tuple(indices.shape), kernel_shape, strides, pads, output_shape)
+  plan = _UNPOOL_PLANS(cache_key(*static), *static)
+  return _max_unpool(x, indices, plan)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _max_unpool(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
+  size = math.prod(plan.default)
+  flat_i = indices.reshape(-1)
+  flat_i = jnp.where((flat_i >= 0) & (flat_i < size), flat_i, size)  # out of range: dropped
+  flat_i = flat_i.astype(_index_dtype())
+  order = jnp.arange(flat_i.shape[0], dtype=_index_dtype())
+  # The last writer of each position (the reference loop's assignment order), then one write per
+  # position: a scatter of x that no two elements share, so linear in x.
+  last = jnp.full((size + 1,), -1, order.dtype).at[flat_i].max(order, mode="drop")
+  keep = last[flat_i] == order
+  target = jnp.where(keep, flat_i, size)
+  y = jnp.zeros((size + 1,), x.dtype).at[target].set(x.reshape(-1), mode="drop",
+                                                      unique_indices=False)[:size]
+  y = y.reshape(plan.default)
+  if plan.out != plan.default:
+    y = lax.pad(y, np.zeros((), y.dtype), [(0, o - d, 0) for o, d in zip(plan.out, plan.default)])
+  return y

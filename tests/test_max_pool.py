@@ -1,0 +1,468 @@
+"""max_pool / max_unpool / global_max_pool / lp_pool / global_lp_pool: hand-derived values,
+dtypes, errors, gradients, jit/vmap/no-retrace, the version adapters, and the pinned deviations
+of docs/DEVIATIONS.md (MaxPool, MaxUnpool, LpPool)."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx.defs
+import onnxruntime as ort
+import pytest
+import torch
+from jax.test_util import check_grads
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import jaxops
+from jaxops.onnx import Backend, _registry
+
+
+def row(*v, dtype=np.float64):
+  return np.array(v, dtype).reshape(1, 1, -1)
+
+
+# --- hand-derived values ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, want, want_idx", [
+    # windows (3,1) (1,4) (4,1) (1,5): maxima 3 4 4 5 at 0 2 2 4
+    (dict(kernel_shape=(2,)), row(3, 4, 4, 5), [0, 2, 2, 4]),
+    # stride 2, pads 1, 1: (p,3) (1,4) (1,5)... windows (p,3) (1,4) (1,5) -> taps -1..0, 1..2, 3..4
+    (dict(kernel_shape=(2,), strides=(2,), pads=(1, 1)), row(3, 4, 5), [0, 2, 4]),
+    # ties: windows (1,4,1) (4,1,5): the first maximum
+    (dict(kernel_shape=(3,), strides=(2,)), row(4, 5), [2, 4]),
+    # dilation 2: taps o, o + 2: (3,4) (1,1) (4,5)
+    (dict(kernel_shape=(2,), dilations=(2,)), row(4, 1, 5), [2, 1, 4]),
+    # ceil_mode, k 2 s 2 over 5: (3,1) (4,1) (5) -> 3 windows, the last one element
+    (dict(kernel_shape=(2,), strides=(2,), ceil_mode=True), row(3, 4, 5), [0, 2, 4]),
+    # SAME_LOWER, k 2 s 2: out 3, total pad 1 at the start: (p,3) (1,4) (1,5)
+    (dict(kernel_shape=(2,), strides=(2,), auto_pad="SAME_LOWER"), row(3, 4, 5), [0, 2, 4]),
+    # auto_pad "" is NOTSET
+    (dict(kernel_shape=(2,), strides=(2,), pads=(1, 1), auto_pad=""), row(3, 4, 5), [0, 2, 4]),
+])
+def test_1d_hand_values(kwargs, want, want_idx):
+  x = row(3, 1, 4, 1, 5)
+  k = kwargs.pop("kernel_shape")
+  y, idx = jaxops.max_pool(x, k, return_indices=True, **kwargs)
+  np.testing.assert_array_equal(np.asarray(y), want)
+  np.testing.assert_array_equal(np.asarray(idx).ravel(), want_idx)
+  np.testing.assert_array_equal(np.asarray(jaxops.max_pool(x, k, **kwargs)), want)
+
+
+def test_indices_storage_order_and_planes():
+  # 2 planes of 2x3; k 2x2 stride 1: windows at columns 0 and 1. Plane 0 = [[0,5,1],[2,3,4]]:
+  # maxima 5 at (0,1) twice: row-major 1, column-major 0 + 1 * 2 = 2; plane 1 adds 6.
+  x = np.array([[[[0, 5, 1], [2, 3, 4]], [[9, 0, 0], [0, 0, 8]]]], np.float32)
+  _, idx = jaxops.max_pool(x, (2, 2), return_indices=True)
+  np.testing.assert_array_equal(np.asarray(idx), [[[[1, 1]], [[6, 11]]]])
+  # column-major: plane 1's 9 at (0,0) -> 6 + 0, 8 at (1,2) -> 6 + 1 + 2 * 2 = 11.
+  _, idx = jaxops.max_pool(x, (2, 2), storage_order=1, return_indices=True)
+  np.testing.assert_array_equal(np.asarray(idx), [[[[2, 2]], [[6, 11]]]])
+
+
+def test_nan_rule_of_the_reference_and_onnxruntime():
+  # The first in-input tap starts; later taps win only if strictly greater: NaN sticks only as
+  # the window's first element. Windows of k 2 s 1 over [nan, 1, nan, 2]:
+  # (nan, 1) -> nan at 0; (1, nan) -> 1 at 1; (nan, 2) -> nan at 2.
+  x = row(np.nan, 1, np.nan, 2, dtype=np.float32)
+  y, idx = jaxops.max_pool(x, (2,), return_indices=True)
+  np.testing.assert_array_equal(np.asarray(y), row(np.nan, 1, np.nan, dtype=np.float32))
+  np.testing.assert_array_equal(np.asarray(idx).ravel(), [0, 1, 2])
+  # onnxruntime's MaxPool with Indices agrees.
+  node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2])
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4])],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 3]),
+       helper.make_tensor_value_info("i", TensorProto.INT64, [1, 1, 3])]),
+      opset_imports=[helper.make_opsetid("", 22)])
+  model.ir_version = 10
+  got = ort.InferenceSession(model.SerializeToString(),
+                             providers=["CPUExecutionProvider"]).run(None, {"x": x})
+  np.testing.assert_array_equal(got[0], np.asarray(y))
+  np.testing.assert_array_equal(got[1], np.asarray(idx))
+  # a padded window whose first in-input element is NaN: pads 1, k 3 s 3 -> taps -1, 0, 1.
+  y = jaxops.max_pool(row(np.nan, 5, dtype=np.float32), (3,), strides=(3,), pads=(1, 1))
+  assert np.isnan(np.asarray(y)).all()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float16, jnp.bfloat16, np.float32,
+                                   np.float64])
+def test_dtypes_stay(dtype):
+  info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else None
+  vals = [info.min, info.max, 0, 7] if info is not None else [-3.5, 2.25, 0.0, 7.0]
+  x = jnp.asarray(np.array(vals, np.float64).reshape(1, 1, 4)).astype(dtype)
+  # k 2 s 1 pads 1: (p,a) (a,b) (b,c) (c,d) (d,p) -> a, max(a,b), max(b,c), max(c,d), d
+  y = jaxops.max_pool(x, (2,), pads=(1, 1))
+  assert y.dtype == x.dtype
+  v = np.asarray(x.astype(np.float64)).ravel()
+  want = [v[0], max(v[0], v[1]), max(v[1], v[2]), max(v[2], v[3]), v[3]]
+  np.testing.assert_array_equal(np.asarray(y.astype(np.float64)).ravel(), want)
+
+
+def test_global_max_pool_values():
+  x = np.arange(24.0).reshape(2, 3, 4)
+  np.testing.assert_array_equal(np.asarray(jaxops.global_max_pool(x)),
+                                (np.arange(6.0) * 4 + 3).reshape(2, 3, 1))
+  assert jaxops.global_max_pool(np.ones((2, 3, 2, 2, 2))).shape == (2, 3, 1, 1, 1)
+
+
+def test_lp_pool_hand_values():
+  x = row(3, -4, 0, 1, 2)
+  # p 2, k 2 s 2, ceil: (3,-4) -> 5, (0,1) -> 1, (2) -> 2
+  np.testing.assert_allclose(np.asarray(jaxops.lp_pool(x, (2,), strides=(2,), ceil_mode=True)),
+                             row(5, 1, 2), rtol=1e-15)
+  # p 3, k 2, pads 1 (zeros): |3|, (27 + 64) ** (1/3), 4, 1, (1 + 8) ** (1/3), 2
+  got = jaxops.lp_pool(x, (2,), p=3, pads=(1, 1))
+  np.testing.assert_allclose(np.asarray(got),
+                             row(3, 91 ** (1 / 3), 4, 1, 9 ** (1 / 3), 2), rtol=1e-14)
+  # p 1: sums of |x|, dilation 2: taps o, o + 2: (3,0) (-4,1) (0,2)
+  np.testing.assert_allclose(np.asarray(jaxops.lp_pool(x, (2,), p=1, dilations=(2,))),
+                             row(3, 5, 2), rtol=1e-15)
+  np.testing.assert_allclose(np.asarray(jaxops.global_lp_pool(x, p=2)),
+                             np.sqrt([[[30.0]]]), rtol=1e-15)
+
+
+def test_lp_pool_half_types_compute_in_float32():
+  # 300 ** 2 = 90000 overflows float16 (max 65504); in float32 the root is 300 * sqrt(2).
+  x = jnp.full((1, 1, 2), 300.0, jnp.float16)
+  for y in (jaxops.lp_pool(x, (2,)), jaxops.global_lp_pool(x)):
+    assert y.dtype == jnp.float16
+    np.testing.assert_allclose(np.asarray(y.astype(np.float64)).ravel(), [300 * np.sqrt(2)],
+                               rtol=1e-3)
+
+
+def test_max_unpool_values():
+  # indices of max_pool over a 4x4 plane (k 2 s 2): the partial inverse puts each max back.
+  x = np.array([[[[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]]]], np.float64)
+  y, idx = jaxops.max_pool(x, (2, 2), strides=(2, 2), return_indices=True)
+  back = jaxops.max_unpool(y, idx, (2, 2), strides=(2, 2))
+  want = np.zeros((1, 1, 4, 4))
+  want[..., 1::2, 1::2] = x[..., 1::2, 1::2]
+  np.testing.assert_array_equal(np.asarray(back), want)
+  # output_shape larger: the default 4x4 result, then zeros at the end (the ONNX node case).
+  big = jaxops.max_unpool(y, idx, (2, 2), strides=(2, 2), output_shape=(1, 1, 5, 5))
+  np.testing.assert_array_equal(np.asarray(big), np.pad(want, ((0, 0), (0, 0), (0, 1), (0, 1))))
+  # repeats: the later element wins; out of range: dropped.
+  got = jaxops.max_unpool(row(1.0, 2.0, 3.0), np.array([[[0, 0, 9]]]), (2,))
+  np.testing.assert_array_equal(np.asarray(got), row(2.0, 0.0, 0.0, 0.0))
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+X = np.zeros((1, 1, 4, 4), np.float32)
+
+
+@pytest.mark.parametrize("fn, kwargs, exc, match", [
+    ("max_pool", dict(kernel_shape=(5, 5)), ValueError, r"^jaxops.max_pool: the window along"),
+    ("max_pool", dict(kernel_shape=(2, 2), strides=(0, 1)), ValueError,
+     r"^jaxops.max_pool: argument `strides` must be integers >= 1"),
+    ("max_pool", dict(kernel_shape=(2, 2), pads=(2, 0, 0, 0)), ValueError,
+     r"jaxops.max_pool: argument `pads` must be smaller than the kernel"),
+    ("max_pool", dict(kernel_shape=(2, 2), auto_pad="SAME"), ValueError,
+     r"jaxops.max_pool: argument `auto_pad` must be one of 'NOTSET'"),
+    ("max_pool", dict(kernel_shape=(2, 2), storage_order=2, return_indices=True), ValueError,
+     r"jaxops.max_pool: argument `storage_order` must be 0"),
+    ("max_pool", dict(kernel_shape=(2, 2), ceil_mode="yes"), TypeError,
+     r"jaxops.max_pool: argument `ceil_mode` must be a bool"),
+    ("max_pool", dict(kernel_shape=(2, 1), dilations=(5, 1), pads=(1, 0, 1, 0)), ValueError,
+     r"jaxops.max_pool: output position 0 along spatial axis 0 .* covers no input element"),
+    ("lp_pool", dict(kernel_shape=(2, 2), p=0), ValueError,
+     r"jaxops.lp_pool: argument `p` must be a positive integer"),
+    ("lp_pool", dict(kernel_shape=(2, 2), p=2.5), TypeError,
+     r"jaxops.lp_pool: argument `p` must be a positive integer"),
+    ("lp_pool", dict(kernel_shape=(2, 2, 2, 2, 2)), ValueError,
+     r"jaxops.lp_pool: argument `x` must have at least 5 axes"),
+])
+def test_errors(fn, kwargs, exc, match):
+  k = kwargs.pop("kernel_shape")
+  with pytest.raises(exc, match=match):
+    getattr(jaxops, fn)(X, k, **kwargs)
+
+
+def test_error_types_and_unpool_shapes():
+  with pytest.raises(TypeError, match=r"jaxops.max_pool: argument `x` must have dtype in"):
+    jaxops.max_pool(np.zeros((1, 1, 4), np.int32), (2,))
+  with pytest.raises(TypeError, match=r"jaxops.lp_pool: argument `x` must have dtype in"):
+    jaxops.lp_pool(np.zeros((1, 1, 4), np.int8), (2,))
+  with pytest.raises(ValueError, match=r"jaxops.global_max_pool: argument `x` must have at "):
+    jaxops.global_max_pool(np.zeros((4,), np.float32))
+  with pytest.raises(TypeError, match=r"jaxops.max_unpool: argument `indices` must have an "):
+    jaxops.max_unpool(row(1.0), row(0.0), (2,))
+  with pytest.raises(ValueError, match=r"jaxops.max_unpool: argument `indices` must have the "):
+    jaxops.max_unpool(row(1.0, 2.0), np.zeros((1, 1, 1), np.int64), (2,))
+  with pytest.raises(ValueError, match=r"jaxops.max_unpool: argument `output_shape` must be"):
+    jaxops.max_unpool(row(1.0), np.zeros((1, 1, 1), np.int64), (2,), output_shape=(1, 1, 1))
+  f = jax.jit(lambda x, k: jaxops.max_pool(x, k))
+  with pytest.raises(TypeError, match=r"`kernel_shape` decides the output shape"):
+    f(X, jnp.array([2, 2]))
+
+
+# --- gradients, jit, vmap, retracing ------------------------------------------------------------
+
+
+def test_gradient_goes_to_the_indexed_element_as_in_torch():
+  # ties everywhere (integers in -2..2): the gradient goes to the first maximum, as Indices say.
+  x = np.round(np.random.default_rng(0).standard_normal((2, 3, 7, 6)) * 1.2)
+  kw = dict(strides=(2, 1), pads=(1, 1, 1, 1), dilations=(1, 2), ceil_mode=True)
+  y, idx = jaxops.max_pool(x, (3, 2), return_indices=True, **kw)
+  w = np.cos(np.arange(y.size)).reshape(y.shape)
+  g = jax.grad(lambda v: jnp.sum(jaxops.max_pool(v, (3, 2), **kw) * w))(x)
+  want = np.zeros(x.size)
+  np.add.at(want, np.asarray(idx).ravel(), w.ravel())
+  np.testing.assert_array_equal(np.asarray(g), want.reshape(x.shape))
+  xt = torch.from_numpy(x).requires_grad_()
+  ty = torch.nn.functional.max_pool2d(xt, (3, 2), (2, 1), (1, 1), (1, 2), ceil_mode=True)
+  (ty * torch.from_numpy(w)).sum().backward()
+  np.testing.assert_array_equal(np.asarray(g), xt.grad.numpy())
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_check_grads_without_ties(nd):
+  rng = np.random.default_rng(nd)
+  shape = (1, 2) + (5,) * nd
+  x = rng.permutation(np.prod(shape)).reshape(shape) / 7.0  # distinct: no ties
+  k, s, p = (3,) * nd, (2,) * nd, (1,) * (2 * nd)
+  check_grads(lambda v: jaxops.max_pool(v, k, strides=s, pads=p), (x,), order=2,
+              modes=("fwd", "rev"))
+  check_grads(lambda v: jaxops.lp_pool(v, k, p=3, strides=s, pads=p), (x + 0.1,), order=2,
+              modes=("fwd", "rev"), rtol=1e-4)
+  check_grads(lambda v: jaxops.global_lp_pool(v, p=2), (x + 0.1,), order=2, modes=("fwd", "rev"))
+
+
+def test_lp_pool_gradient_of_a_zero_window_is_zero():
+  x = np.array([[[0.0, 0.0, 3.0, 4.0]]])
+  for p in (1, 2, 3):
+    g = jax.grad(lambda v: jnp.sum(jaxops.lp_pool(v, (2,), p=p, strides=(2,))))(x)
+    # window (0, 0): zero by definition; window (3, 4): d/dx (3^p + 4^p)^(1/p)
+    norm = (3.0 ** p + 4.0 ** p) ** (1 / p)
+    want = [0, 0, (3 / norm) ** (p - 1), (4 / norm) ** (p - 1)]
+    np.testing.assert_allclose(np.asarray(g).ravel(), want, rtol=1e-14)
+  g = jax.grad(lambda v: jnp.sum(jaxops.global_lp_pool(v)))(np.zeros((1, 2, 3)))
+  np.testing.assert_array_equal(np.asarray(g), np.zeros((1, 2, 3)))
+
+
+def test_max_unpool_is_linear_in_x():
+  rng = np.random.default_rng(4)
+  x = rng.standard_normal((2, 3, 3, 3))
+  _, idx = jaxops.max_pool(rng.standard_normal((2, 3, 6, 6)), (2, 2), strides=(2, 2),
+                           return_indices=True)
+  f = lambda v: jaxops.max_unpool(v, idx, (2, 2), strides=(2, 2))  # noqa: E731
+  check_grads(f, (x,), order=2, modes=("fwd", "rev"))
+  a, b = rng.standard_normal(x.shape), rng.standard_normal(x.shape)
+  np.testing.assert_allclose(np.asarray(f(2 * a - b)), 2 * np.asarray(f(a)) - np.asarray(f(b)),
+                             rtol=1e-14)
+
+
+@pytest.mark.parametrize("wrap", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_jit_and_vmap(wrap):
+  x = np.random.default_rng(5).standard_normal((4, 1, 2, 7, 6))
+  kw = dict(strides=(2, 2), pads=(1, 1, 1, 1))
+  for fn in (lambda v: jaxops.max_pool(v, (3, 3), **kw),
+             lambda v: jaxops.max_pool(v, (3, 3), return_indices=True, **kw)[1],
+             lambda v: jaxops.lp_pool(v, (3, 3), p=3, **kw),
+             jaxops.global_max_pool):
+    want = np.stack([np.asarray(fn(v)) for v in x])  # each element on its own
+    chex.assert_trees_all_close(wrap(jax.vmap(fn))(x), want)
+
+
+def test_no_retrace_on_repeated_call(monkeypatch):
+  from jaxops import _lp_pool, _max_pool
+
+  monkeypatch.setattr(_max_pool, "_argmax", chex.assert_max_traces(_max_pool._argmax, n=2))
+  monkeypatch.setattr(_lp_pool, "_power", chex.assert_max_traces(_lp_pool._power, n=1))
+  rng = np.random.default_rng(6)
+  shape = (1, 1, 13, 11)  # a shape no other test uses, so the first call traces
+  try:
+    for _ in range(3):
+      jaxops.max_pool(rng.standard_normal(shape), (3, 3), strides=(2, 1))
+      jaxops.max_pool(rng.standard_normal(shape), [3, 3], strides=[2, 1], return_indices=True)
+      jaxops.lp_pool(rng.standard_normal(shape), (3, 3), strides=(2, 1))
+  finally:
+    chex.clear_trace_counter()
+
+
+# --- the ONNX adapters --------------------------------------------------------------------------
+
+
+_SCHEMA_TYPES = {"tensor(float16)": np.float16, "tensor(bfloat16)": jnp.bfloat16,
+                 "tensor(float)": np.float32, "tensor(double)": np.float64,
+                 "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}
+_VERSIONS = ([("MaxPool", v) for v in (1, 8, 10, 11, 12, 22)]
+             + [("LpPool", v) for v in (1, 2, 11, 18, 22)]
+             + [("GlobalMaxPool", v) for v in (1, 22)]
+             + [("GlobalLpPool", v) for v in (1, 2, 22)])
+
+
+@pytest.mark.parametrize("op, version", _VERSIONS)
+def test_adapter_input_types_follow_the_schema(op, version):
+  (constraint,) = [c for c in onnx.defs.get_schema(op, version, "").type_constraints
+                   if c.type_param_str == "T"]
+  allowed = {_SCHEMA_TYPES[t] for t in constraint.allowed_type_strs}
+  adapter = _registry.ADAPTERS[(op, version)]
+  attrs = {"kernel_shape": [2, 2], "strides": [2, 2]} if "Global" not in op else {}
+  x64 = np.arange(16.0).reshape(1, 1, 4, 4)
+  for dtype in _SCHEMA_TYPES.values():
+    x = jnp.asarray(x64).astype(dtype)
+    if dtype in allowed:
+      y = adapter.fn([x], dict(attrs))[0]
+      assert y.dtype == x.dtype
+    else:
+      with pytest.raises(TypeError, match=rf"^jaxops.onnx: {op} version {version} does not "
+                         rf"allow input of type"):
+        adapter.fn([x], dict(attrs))
+
+
+@pytest.mark.parametrize("op, version, attr", [
+    ("MaxPool", 1, "storage_order"), ("MaxPool", 8, "ceil_mode"), ("MaxPool", 8, "dilations"),
+    ("LpPool", 11, "ceil_mode"), ("LpPool", 2, "dilations"), ("MaxUnpool", 9, "dilations")])
+def test_adapter_rejects_later_attributes(op, version, attr):
+  adapter = _registry.ADAPTERS[(op, version)]
+  inputs = [row(1, 2, 3, dtype=np.float32)] + ([np.zeros((1, 1, 3), np.int64)]
+                                               if op == "MaxUnpool" else [])
+  with pytest.raises(ValueError, match=rf"{op}-{version} has no attribute\(s\) \['{attr}'\]"):
+    adapter.fn(inputs, {"kernel_shape": [2], attr: 1})
+
+
+def test_adapter_rank_rule():
+  with pytest.raises(ValueError, match=r"MaxPool-22 input X must have rank len\(kernel_shape\) "
+                     r"\+ 2 = 5"):
+    _registry.ADAPTERS[("MaxPool", 22)].fn([X], {"kernel_shape": [2, 2, 2]})
+
+
+def test_lp_pool_1_takes_a_float_p():
+  # LpPool-1's p is a float attribute: p = 1.5 over windows (1, 8) of [1, 8]: (1 + 8^1.5)^(2/3)
+  y = _registry.ADAPTERS[("LpPool", 1)].fn([row(1.0, 8.0)], {"kernel_shape": [2], "p": 1.5})[0]
+  np.testing.assert_allclose(np.asarray(y).ravel(), [(1 + 8 ** 1.5) ** (1 / 1.5)], rtol=1e-14)
+  with pytest.raises(TypeError, match=r"LpPool-2: argument `p` must be a positive integer"):
+    _registry.ADAPTERS[("LpPool", 2)].fn([row(1.0, 8.0)], {"kernel_shape": [2], "p": 1.5})
+
+
+def _node_model(op, version, attrs, x_shape, outputs=1, elem=TensorProto.FLOAT):
+  node = helper.make_node(op, ["x"], ["y", "i"][:outputs], **attrs)
+  outs = [helper.make_tensor_value_info("y", elem, ["a", "b", "c"]),
+          helper.make_tensor_value_info("i", TensorProto.INT64, ["a", "b", "c"])][:outputs]
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", elem, x_shape)], outs),
+      opset_imports=[helper.make_opsetid("", version)])
+  model.ir_version = 10
+  return model
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "LpPool"])
+def test_empty_auto_pad_through_the_backend(op):
+  model = _node_model(op, 22, dict(kernel_shape=[2], strides=[2], pads=[1, 1], auto_pad=""),
+                      [1, 1, 5])
+  x = row(3, -1, 4, 1, 5, dtype=np.float32)
+  got = Backend.run_model(model, [x])[0]
+  # windows (p,3) (-1,4) (1,5): max 3 4 5; L2 3, sqrt(17), sqrt(26)
+  want = row(3, 4, 5) if op == "MaxPool" else row(3, np.sqrt(17), np.sqrt(26))
+  np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6)
+  np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-6)
+
+
+# --- pinned deviations (docs/DEVIATIONS.md) -----------------------------------------------------
+
+
+def test_deviation_max_pool_ceil_mode_window_in_padding():
+  """ceil_mode never makes a window that starts in the right padding (onnx/onnx#4958,
+  onnxruntime#15446 gave such windows -FLT_MAX): n 4, k 2, s 2, pads 0, 1 ->
+  ceil((4 + 1 - 2) / 2) + 1 = 3, and window 2 starts at 4 >= n + pb = 4: dropped."""
+  x = row(1, 2, 3, 4, dtype=np.float32)
+  y = jaxops.max_pool(x, (2,), strides=(2,), pads=(0, 1), ceil_mode=True)
+  np.testing.assert_array_equal(np.asarray(y), row(2, 4, dtype=np.float32))
+  model = _node_model("MaxPool", 22, dict(kernel_shape=[2], strides=[2], pads=[0, 1],
+                                          ceil_mode=1), [1, 1, 4])
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  assert sess.run(None, {"x": x})[0].shape == (1, 1, 2)  # today's onnxruntime agrees
+
+
+def test_deviation_max_pool_reference_same_lower():
+  """SAME_LOWER: ceil(n / s) windows with the odd padding first; onnx.reference gives
+  floor(n / s) windows. n 5, k 2, s 2: out 3, total pad 1 at the start: (p,3) (1,4) (1,5)."""
+  model = _node_model("MaxPool", 22, dict(kernel_shape=[2], strides=[2], auto_pad="SAME_LOWER"),
+                      [1, 1, 5])
+  x = row(3, 1, 4, 1, 5, dtype=np.float32)
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[0], row(3, 4, 5, dtype=np.float32))
+  assert ReferenceEvaluator(model).run(None, {"x": x})[0].shape == (1, 1, 2)
+
+
+def test_deviation_max_pool_reference_unstrided_path():
+  """onnx.reference's stride-1, dilation-1 MaxPool ignores the pads of a 1-D input."""
+  model = _node_model("MaxPool", 22, dict(kernel_shape=[2], pads=[1, 1]), [1, 1, 3])
+  x = row(3, 1, 4, dtype=np.float32)
+  # windows (p,3) (3,1) (1,4) (4,p)
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[0],
+                                row(3, 3, 4, 4, dtype=np.float32))
+  with pytest.raises(Exception):
+    got = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, row(3, 3, 4, 4, dtype=np.float32))
+
+
+def test_deviation_max_pool_storage_order_3d():
+  """storage_order=1 (onnx/onnx#1370, #2290): column-major over the pooled axes, the spec's
+  'column major' for any rank: index h + H * (w + W * d); onnxruntime agrees."""
+  x = np.zeros((1, 1, 2, 2, 2), np.float32)
+  x[0, 0, 1, 0, 1] = 1  # h 1, w 0, d 1 -> 1 + 2 * (0 + 2 * 1) = 5 (row-major: 4 + 0 + 1 = 5)
+  x[0, 0, 1, 1, 0] = 0.5
+  model = _node_model("MaxPool", 22, dict(kernel_shape=[2, 2, 2], storage_order=1),
+                      [1, 1, 2, 2, 2], outputs=2)
+  got = Backend.run_model(model, [x])[1]
+  np.testing.assert_array_equal(got.ravel(), [5])
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  np.testing.assert_array_equal(sess.run(None, {"x": x})[1], got)
+  x = np.zeros((1, 1, 2, 2, 2), np.float32)
+  x[0, 0, 0, 1, 1] = 1  # h 0, w 1, d 1 -> 0 + 2 * (1 + 2 * 1) = 6; row-major 0 + 2 + 1 = 3
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[1].ravel(), [6])
+  np.testing.assert_array_equal(sess.run(None, {"x": x})[1].ravel(), [6])
+
+
+def test_deviation_max_unpool_output_shape():
+  """output_shape larger than the default: jaxops (with onnx.reference and ONNX's node case)
+  reads the indices in the default shape and appends zeros; onnxruntime reads them in the given
+  shape. x 1x1x1x1 at index 3 of the default 2x2 (k 2 s 2), output_shape 1x1x3x3."""
+  node = helper.make_node("MaxUnpool", ["x", "i", "s"], ["y"], kernel_shape=[2, 2],
+                          strides=[2, 2])
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 1]),
+                    helper.make_tensor_value_info("i", TensorProto.INT64, [1, 1, 1, 1]),
+                    helper.make_tensor_value_info("s", TensorProto.INT64, [4])],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 3, 3])]),
+      opset_imports=[helper.make_opsetid("", 22)])
+  model.ir_version = 10
+  feeds = {"x": np.ones((1, 1, 1, 1), np.float32), "i": np.array([[[[3]]]], np.int64),
+           "s": np.array([1, 1, 3, 3], np.int64)}
+  want = np.zeros((1, 1, 3, 3), np.float32)
+  want[0, 0, 1, 1] = 1  # default (1, 1), then zeros appended
+  np.testing.assert_array_equal(Backend.run_model(model, list(feeds.values()))[0], want)
+  np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feeds)[0], want)
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  assert sess.run(None, feeds)[0][0, 0, 1, 0] == 1  # flat 3 of 3x3
+
+
+def test_deviation_lp_pool_reference_ceil_mode():
+  """A ceil_mode window that reaches past the padded input is the Lp norm of what it covers;
+  onnx.reference averages the covered |x| ** p and scales by the whole kernel size."""
+  model = _node_model("LpPool", 22, dict(kernel_shape=[2], strides=[2], ceil_mode=1, p=1),
+                      [1, 1, 3])
+  x = row(3, 4, 5, dtype=np.float32)
+  # ceil((3 - 2) / 2) + 1 = 2 windows: (3, 4) -> 7 and (5) -> 5; the reference: 2 * 5 = 10
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[0], row(7, 5, dtype=np.float32))
+  np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"x": x})[0],
+                                row(7, 10, dtype=np.float32))
+
+
+def test_deviation_global_max_pool_reference_axes():
+  """GlobalMaxPool reduces every axis after the first two; onnx.reference reduces axes
+  (nd, nd + 1), right only for 4-D inputs."""
+  node = helper.make_node("GlobalMaxPool", ["x"], ["y"])
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3])],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 1])]),
+      opset_imports=[helper.make_opsetid("", 22)])
+  x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[0], [[[2], [5]]])
+  assert ReferenceEvaluator(model).run(None, {"x": x})[0].shape != (1, 2, 1)
