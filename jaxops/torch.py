@@ -16,6 +16,11 @@ How each maps onto jaxops:
   ATen computes them); "area" is ``adaptive_avg_pool``.
 - ``avg_pool1d/2d/3d``: ``jaxops.average_pool`` with symmetric pads (torch's ceil_mode and
   count_include_pad are AveragePool-22's); ``divisor_override`` rescales by a static table.
+- ``max_pool1d/2d/3d``: ``jaxops.max_pool`` with symmetric pads; torch's per-plane indices are
+  its flat indices modulo the plane size.
+- ``lp_pool1d/2d/3d``: torch's own definition on ``avg_pool``:
+  ``(sign(a) * relu(|a|) * prod(kernel_size)) ** (1 / norm_type)``, ``a`` the average of
+  ``input ** norm_type``.
 - ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
   is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel.
 
@@ -45,6 +50,8 @@ __all__ = [
     "interpolate",
     "avg_pool1d", "avg_pool2d", "avg_pool3d",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "max_pool1d", "max_pool2d", "max_pool3d",
+    "lp_pool1d", "lp_pool2d", "lp_pool3d",
 ]
 
 _NS = "jaxops.torch"
@@ -175,7 +182,7 @@ def _aa_table(dt: type, n_in: int, n_out: int, align: bool, scale: float | None,
   k_max = int(math.ceil(support)) * 2 + 1
   invscale = dt(1) / s if s >= 1 else dt(1)
   idx = np.zeros((n_out, k_max), np.int64)
-  w = np.zeros((n_out, k_max), dt)
+  w: np.ndarray = np.zeros((n_out, k_max), dt)
   for o in range(n_out):
     center = s * dt(o + 0.5)
     xmin = max(int(center - support + dt(0.5)), 0)
@@ -381,7 +388,7 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
   if mode == "area" and out is None:
     recompute = True
   if out is None:
-    out = [int(math.floor(float(shape[i + 2]) * s)) for i, s in enumerate(scales)]
+    out = [int(math.floor(float(shape[i + 2]) * float(s or 0.0))) for i, s in enumerate(scales)]
     if recompute:
       scales = (None,) * len(out)
   if antialias and not (mode in ("bilinear", "bicubic") and len(shape) == 4):
@@ -778,3 +785,199 @@ def avg_pool3d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: 
   """
   return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode,
                    count_include_pad, divisor_override)
+
+
+# --- max pooling (jaxops.max_pool, jaxops.max_unpool) --------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _MaxPool:
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
+  dilation: tuple[int, ...]
+  ceil_mode: bool
+  indices: bool
+
+
+def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, stride: Any,
+                padding: Any, dilation: Any, ceil_mode: Any, return_indices: Any) -> _MaxPool:
+  op = _op(name)
+  k = _pool_arg(op, "kernel_size", kernel_size, nd)
+  s = k if stride is None else (_pool_arg(op, "stride", stride, nd, allow_empty=True) or k)
+  p = _pool_arg(op, "padding", padding, nd)
+  d = _pool_arg(op, "dilation", dilation, nd)
+  ceil_mode = _checks.static_bool(op, "ceil_mode", ceil_mode)
+  ind = _checks.static_bool(op, "return_indices", return_indices)
+  if any(v <= 0 for v in k):
+    raise _checks.value_error(op, "kernel_size", kernel_size, "greater than zero")
+  if any(v <= 0 for v in s):
+    raise _checks.value_error(op, "stride", stride, "greater than zero")
+  if any(v <= 0 for v in d):
+    raise _checks.value_error(op, "dilation", dilation, "greater than zero")
+  if any(v < 0 for v in p):
+    raise _checks.value_error(op, "padding", padding, "non-negative")
+  ext = [dv * (kv - 1) + 1 for kv, dv in zip(k, d)]
+  if any(pv > e // 2 for pv, e in zip(p, ext)):
+    raise _checks.value_error(op, "padding", padding,
+                              "at most half of the effective kernel size "
+                              f"(kernel_size {k}, dilation {d})")
+  if any(pv >= kv for pv, kv in zip(p, k)):
+    raise _checks.value_error(op, "padding", padding,
+                              f"smaller than kernel_size {k} (jaxops.max_pool's limit; torch "
+                              f"allows up to half the dilated kernel)")
+  if len(shape) not in (nd + 1, nd + 2) or any(v == 0 for v in shape[len(shape) - nd - 1:]):
+    raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with optional "
+                     f"0 dim batch size for input; got shape {tuple(shape)}")
+  spatial = shape[len(shape) - nd:]
+  for n, kv, sv, pv, e in zip(spatial, k, s, p, ext):
+    o = (n + 2 * pv - e + (sv - 1 if ceil_mode else 0)) // sv + 1
+    if ceil_mode and (o - 1) * sv >= n + pv:
+      o -= 1
+    if o < 1:
+      raise ValueError(f"{op}: Given input size {tuple(spatial)}, the calculated output size "
+                       f"is too small (kernel_size {k}, stride {s}, padding {p}, dilation {d})")
+  return _MaxPool(k, s, p, d, ceil_mode, ind)
+
+
+_MAX = _checks.ConfigCache(_max_config)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _max_jit(x: jax.Array, cfg: _MaxPool) -> Any:
+  out = jaxops.max_pool(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
+                        dilations=cfg.dilation, ceil_mode=cfg.ceil_mode,
+                        return_indices=cfg.indices)
+  if not cfg.indices:
+    return out
+  y, idx = out
+  plane = math.prod(x.shape[x.ndim - len(cfg.kernel):])
+  return y, idx % jnp.asarray(plane, idx.dtype)
+
+
+def _max_pool(name: str, nd: int, input: ArrayLike, kernel_size: Any, stride: Any, padding: Any,
+              dilation: Any, ceil_mode: Any, return_indices: Any) -> Any:
+  x = _checks.as_array(input, _op(name), "input")
+  static = (name, nd, x.shape, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+  cfg = _MAX(_checks.cache_key(*static), *static)
+  return _max_jit(x, cfg)
+
+
+_MAX_DOC = """``torch.nn.functional.max_pool{nd}d`` on ``(N, C, *spatial)`` or ``(C, *spatial)``.
+
+  Per axis: window ``o`` reads ``o * stride - padding + j * dilation`` for ``j < kernel``
+  (padding never wins); output length ``floor((n + 2 p - dilation (k - 1) - 1) / s) + 1``
+  (``ceil`` with ``ceil_mode``, less one if the last window would start in the right padding).
+  Ties go to the first maximum in window order. ``return_indices`` gives torch's indices: the
+  flat position of the maximum within its ``(N, C)`` plane of the input, for
+  ``max_unpool{nd}d``. The gradient goes to that element.
+
+  Args:
+    input: float16, bfloat16, float32, float64, int8 or uint8 array.
+    kernel_size: an int or one per spatial axis.
+    stride: an int or one per axis; default ``kernel_size``.
+    padding: an int or one per axis, at most half the dilated kernel (and below the kernel).
+    dilation: an int or one per axis.
+    ceil_mode: round output lengths up.
+    return_indices: also return the indices (int64; int32 without JAX's 64-bit mode).
+
+  Returns:
+    The pooled array (``input``'s dtype), or the pair (pooled, indices).
+
+  Raises:
+    ValueError: sizes below 1, padding over half the dilated kernel or not below the kernel,
+      wrong rank, an output length < 1.
+    TypeError: non-integer or traced sizes, an unsupported dtype.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> y, i = F.max_pool{nd}d(jnp.arange(8.0).reshape({shape}), 2, return_indices=True)
+    >>> i.ravel().tolist()
+    {idx}
+  """
+
+
+def max_pool1d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+  return _max_pool("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode,
+                   return_indices)
+
+
+def max_pool2d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+  return _max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode,
+                   return_indices)
+
+
+def max_pool3d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+  return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode,
+                   return_indices)
+
+
+max_pool1d.__doc__ = _MAX_DOC.format(nd=1, shape="1, 1, 8", idx="[1, 3, 5, 7]")
+max_pool2d.__doc__ = _MAX_DOC.format(nd=2, shape="1, 2, 4", idx="[5, 7]")
+max_pool3d.__doc__ = _MAX_DOC.format(nd=3, shape="1, 2, 2, 2", idx="[7]")
+
+
+# --- power-average pooling (torch's definition on avg_pool) -------------------------------------
+
+
+def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: Any,
+             stride: Any, ceil_mode: Any) -> jax.Array:
+  op = _op(name)
+  x = _float_input(name, input)
+  p = _checks.static_float(op, "norm_type", norm_type)
+  k = _pool_arg(op, "kernel_size", kernel_size, nd)
+  avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
+  a = avg(x ** jnp.asarray(p, x.dtype), kernel_size, stride, 0, ceil_mode)
+  return (jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k)) ** jnp.asarray(1.0 / p,
+                                                                              x.dtype)
+
+
+_LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x ** p) ** (1 / p)``.
+
+  Computed as torch defines it: ``a = avg_pool{nd}d(input ** norm_type, kernel_size, stride,
+  0, ceil_mode)``, then ``(sign(a) * relu(|a|) * prod(kernel_size)) ** (1 / norm_type)``
+  (so a ``ceil_mode`` window cut by the input's end is scaled by the full kernel size, as in
+  torch).
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array, ``(N, C, *spatial)`` or unbatched.
+    norm_type: ``p`` (a float; negative window sums give NaN for fractional powers, as torch).
+    kernel_size: an int or one per spatial axis.
+    stride: an int or one per axis; default ``kernel_size``.
+    ceil_mode: round output lengths up.
+
+  Returns:
+    The pooled array, of ``input``'s dtype.
+
+  Raises:
+    ValueError: as ``avg_pool{nd}d``.
+    TypeError: a non-number ``norm_type``, non-integer or traced sizes, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.lp_pool{nd}d(jnp.full({shape}, 2.0), 2, 2).ravel().tolist()
+    {out}
+  """
+
+
+def lp_pool1d(input: ArrayLike, norm_type: float, kernel_size: Any, stride: Any = None,
+              ceil_mode: bool = False) -> jax.Array:
+  return _lp_pool("lp_pool1d", 1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input: ArrayLike, norm_type: float, kernel_size: Any, stride: Any = None,
+              ceil_mode: bool = False) -> jax.Array:
+  return _lp_pool("lp_pool2d", 2, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input: ArrayLike, norm_type: float, kernel_size: Any, stride: Any = None,
+              ceil_mode: bool = False) -> jax.Array:
+  return _lp_pool("lp_pool3d", 3, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+lp_pool1d.__doc__ = _LP_DOC.format(nd=1, shape="(1, 1, 2)", out="[2.8284270763397217]")
+lp_pool2d.__doc__ = _LP_DOC.format(nd=2, shape="(1, 2, 2)", out="[4.0]")
+lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152679443]")

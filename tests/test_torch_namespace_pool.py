@@ -6,6 +6,8 @@ torch.autograd on the same data.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +18,9 @@ import torch.nn.functional as TF
 import jaxops.torch as F
 from tests.test_torch_namespace import batched_sweep
 
+# Configurations per compiled sweep: each costs an XLA compile, so the default keeps the file
+# within the suite's time budget; JAXOPS_TORCH_SWEEP=200 runs the full sweep.
+SWEEP = int(os.environ.get("JAXOPS_TORCH_SWEEP", "40"))
 TOL = {np.float32: dict(rtol=1.3e-6, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
 
 
@@ -54,12 +59,12 @@ def _spatial_arg(rng: np.random.Generator, values: list[int], nd: int) -> object
 @pytest.mark.slow
 @pytest.mark.parametrize("nd", [1, 2, 3])
 def test_avg_pool_matches_torch(nd):
-  """>= 200 random configurations per rank: kernel, stride (incl. None), padding up to half the
-  kernel, ceil_mode, count_include_pad, divisor_override, unbatched inputs, 1-pixel axes."""
+  """SWEEP random configurations per rank (200 with JAXOPS_TORCH_SWEEP=200): kernel, stride
+  (incl. None), padding up to half the kernel, ceil_mode, count_include_pad, divisor_override, unbatched inputs, 1-pixel axes."""
   rng = np.random.default_rng(100 + nd)
   name = f"avg_pool{nd}d"
   cases = []
-  while len(cases) < 200:
+  while len(cases) < SWEEP:
     k = [int(v) for v in rng.integers(1, 5, nd)]
     s = [int(v) for v in rng.integers(1, 4, nd)]
     p = [int(rng.integers(0, kv // 2 + 1)) for kv in k]
@@ -186,3 +191,28 @@ def test_impossible_arguments_raise_where_torch_raises(name, args, kw, match):
     getattr(TF, name)(torch.tensor(x), *args, **kw)
   with pytest.raises((ValueError, TypeError), match=f"jaxops.torch.{name}: .*{match}"):
     getattr(F, name)(x, *args, **kw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_lp_pool_matches_torch(nd):
+  """Random configurations per rank (norm_type 1, 2, 3 and fractional; ceil_mode; unbatched):
+  float64/float32 values and float64 gradients against torch. Inputs are positive, where every
+  norm_type has a real value (torch and jaxops both give NaN for fractional powers of negative
+  window sums)."""
+  rng = np.random.default_rng(500 + nd)
+  name = f"lp_pool{nd}d"
+  cases = []
+  while len(cases) < max(SWEEP // 4, 8):
+    k = [int(v) for v in rng.integers(1, 4, nd)]
+    spatial = tuple(int(rng.integers(kv, 7)) for kv in k)
+    batch = (int(rng.integers(1, 3)),) if rng.random() < 0.7 else ()
+    shape = batch + (int(rng.integers(1, 3)),) + spatial
+    p = float(rng.choice([1.0, 2.0, 3.0, 1.5]))
+    # torch's lp_pool1d multiplies by kernel_size itself, so it takes an int only.
+    args = (p, k[0] if nd == 1 else _spatial_arg(rng, k, nd))
+    kw = dict(ceil_mode=bool(rng.random() < 0.5))
+    if rng.random() < 0.7:
+      kw["stride"] = _spatial_arg(rng, [int(v) for v in rng.integers(1, 4, nd)], nd)
+    cases.append((rng.uniform(0.1, 2.0, shape), args, kw))
+  _check_all(name, cases, rng)
