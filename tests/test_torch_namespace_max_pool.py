@@ -20,7 +20,7 @@ import jaxops.torch as F
 
 # Configurations per compiled sweep: each costs an XLA compile, so the default keeps the file
 # within the suite's time budget; JAXOPS_TORCH_SWEEP=200 runs the full sweep.
-SWEEP = int(os.environ.get("JAXOPS_TORCH_SWEEP", "40"))
+SWEEP = int(os.environ.get("JAXOPS_TORCH_SWEEP", "20"))
 TOL = {np.float32: dict(rtol=1.3e-6, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
 
 
