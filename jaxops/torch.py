@@ -1,0 +1,983 @@
+"""torch.nn.functional's resampling and pooling, by name and signature, on jaxops' operators.
+
+``import jaxops.torch as F`` and a PyTorch model's ``F.interpolate``, ``F.avg_pool2d``,
+``F.adaptive_avg_pool2d``, ... calls port unchanged: the same positional and keyword
+parameters, the same defaults, NCHW layout (``(N, C, *spatial)``, or ``(C, *spatial)`` where torch
+allows an unbatched input), and the values torch 2.13 computes on CPU. Inputs and outputs are
+``jax.Array``; every function is pure and works under ``jax.jit``, ``jax.vmap`` and ``jax.grad``
+(shape-deciding arguments -- sizes, scale factors, kernel sizes, strides, paddings -- must be
+concrete Python or NumPy values, as for the jaxops operators).
+
+How each maps onto jaxops:
+
+- ``interpolate``: one separable pass per spatial axis of the resize kernel
+  (``jaxops._resize_kernel``), with tap tables built from torch's own index formulas in torch's
+  precision (float32 coordinates for float32 inputs, and for "nearest"/"nearest-exact" always, as
+  ATen computes them); "area" is ``adaptive_avg_pool``.
+- ``avg_pool1d/2d/3d``: ``jaxops.average_pool`` with symmetric pads (torch's ceil_mode and
+  count_include_pad are AveragePool-22's); ``divisor_override`` rescales by a static table.
+- ``max_pool1d/2d/3d``: ``jaxops.max_pool`` with symmetric pads; torch's per-plane indices are
+  its flat indices modulo the plane size.
+- ``lp_pool1d/2d/3d``: torch's own definition on ``avg_pool``:
+  ``(sign(a) * relu(|a|) * prod(kernel_size)) ** (1 / norm_type)``, ``a`` the average of
+  ``input ** norm_type``.
+- ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
+  is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel.
+
+Errors: where torch raises RuntimeError for an impossible argument, these raise ValueError (or
+TypeError for a wrong type) with the same condition; ValueError and NotImplementedError where
+torch raises those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+import jaxops
+from jaxops import _checks
+from jaxops import _resize_kernel
+
+__all__ = [
+    "interpolate",
+    "avg_pool1d", "avg_pool2d", "avg_pool3d",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "max_pool1d", "max_pool2d", "max_pool3d",
+    "lp_pool1d", "lp_pool2d", "lp_pool3d",
+]
+
+_NS = "jaxops.torch"
+_FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+
+
+def _op(name: str) -> str:
+  return f"{_NS}.{name}"
+
+
+def _float_input(name: str, x: Any) -> jax.Array:
+  return _checks.floating_input(_op(name), x, tuple(np.dtype(d) for d in _FLOATS))
+
+
+def _coord_dtype(dtype: Any) -> type:
+  """The type ATen computes coordinates in: float64 for float64 inputs, float32 otherwise."""
+  return np.float64 if np.dtype(dtype) == np.float64 else np.float32
+
+
+# --- interpolate --------------------------------------------------------------------------------
+
+_MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
+_LINEAR_DIM = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Interp:
+  """The static plan of ``interpolate``: per spatial axis (in, out, scale_factor or None)."""
+
+  kind: str                 # "nearest", "nearest-exact", "linear", "cubic", "area"
+  axes: tuple[tuple[int, int, float | None], ...]
+  align_corners: bool
+  antialias: bool
+  cdtype: str               # coordinate precision: "float32" or "float64"
+
+
+def _scales_value(dt: type, scale: float | None, n_in: int, n_out: int) -> Any:
+  """ATen's compute_scales_value: 1 / scale_factor when given, else in / out, in ``dt``."""
+  if scale is not None and scale > 0:
+    return dt(1.0 / scale)
+  return dt(n_in) / dt(n_out)
+
+
+def _area_scale(dt: type, n_in: int, n_out: int, align: bool, scale: float | None) -> Any:
+  """ATen's area_pixel_compute_scale."""
+  if align:
+    return dt(n_in - 1) / dt(n_out - 1) if n_out > 1 else dt(0)
+  return _scales_value(dt, scale, n_in, n_out)
+
+
+def _floorf(v: np.ndarray) -> np.ndarray:
+  """C's floorf on a double or float argument: round to float32 first, then floor."""
+  return np.floor(np.asarray(v).astype(np.float32)).astype(np.int64)
+
+
+def _nearest_table(dt: type, n_in: int, n_out: int, scale: float | None, exact: bool,
+                   two_d: bool) -> np.ndarray:
+  """ATen's nearest / nearest-exact source indices, ``floor(o * s)`` / ``floor((o + 0.5) * s)``.
+
+  ATen's 2-D kernel passes the scale as a float32 and multiplies in float32 (nearest-exact: in
+  double, then rounded to float32); nearest there also copies an axis whose output length
+  equals its input's and halves the index where it is twice, whatever the scale factor. Its 1-D
+  and 3-D kernels multiply in the input's precision (``dt``) and round the product to float32
+  before the floor.
+  """
+  i = np.arange(n_out, dtype=np.int64)
+  if two_d and not exact and n_out == n_in:
+    return i
+  if two_d and not exact and n_out == 2 * n_in:
+    return i >> 1
+  s = _scales_value(dt, scale, n_in, n_out)
+  if two_d:
+    s32 = np.float32(s)
+    src = _floorf((i + 0.5) * np.float64(s32)) if exact else _floorf(i.astype(np.float32) * s32)
+  else:
+    src = _floorf(((i + 0.5) if exact else i).astype(dt) * s)
+  return np.minimum(src, n_in - 1)
+
+
+def _linear_table(dt: type, n_in: int, n_out: int, align: bool,
+                  scale: float | None) -> tuple[np.ndarray, np.ndarray]:
+  """ATen's compute_source_index_and_lambda (linear, bilinear, trilinear)."""
+  i = np.arange(n_out, dtype=np.int64)
+  if n_out == n_in:
+    return np.stack([i, i], 1), np.stack([np.ones(n_out), np.zeros(n_out)], 1).astype(dt)
+  ratio = _area_scale(dt, n_in, n_out, align, scale)
+  if align:
+    real = ratio * i.astype(dt)
+  else:
+    real = np.maximum(ratio * (i.astype(dt) + dt(0.5)) - dt(0.5), dt(0))
+  i0 = np.minimum(_floorf(real), n_in - 1)
+  lam1 = np.clip(real - i0.astype(dt), dt(0), dt(1)).astype(dt)
+  i1 = i0 + (i0 < n_in - 1)
+  return np.stack([i0, i1], 1), np.stack([dt(1) - lam1, lam1], 1)
+
+
+def _cubic_table(dt: type, n_in: int, n_out: int, align: bool,
+                 scale: float | None) -> tuple[np.ndarray, np.ndarray]:
+  """ATen's bicubic: Keys' kernel with A = -0.75 on the four taps around the source index."""
+  i = np.arange(n_out, dtype=np.int64)
+  ratio = _area_scale(dt, n_in, n_out, align, scale)
+  if align:
+    real = ratio * i.astype(dt)
+  else:
+    real = ratio * (i.astype(dt) + dt(0.5)) - dt(0.5)
+  i0 = np.minimum(_floorf(real), n_in - 1)
+  t = np.clip(real - i0.astype(dt), dt(0), dt(1)).astype(dt)
+  a = dt(-0.75)
+
+  def near(v: np.ndarray) -> np.ndarray:  # cubic_convolution1
+    return ((a + dt(2)) * v - (a + dt(3))) * v * v + dt(1)
+
+  def far(v: np.ndarray) -> np.ndarray:  # cubic_convolution2
+    return ((a * v - dt(5) * a) * v + dt(8) * a) * v - dt(4) * a
+
+  w = np.stack([far(t + dt(1)), near(t), near(dt(1) - t), far(dt(2) - t)], 1)
+  idx = np.clip(i0[:, None] + np.arange(-1, 3)[None, :], 0, n_in - 1)
+  return idx, w.astype(dt)
+
+
+def _aa_table(dt: type, n_in: int, n_out: int, align: bool, scale: float | None,
+              cubic: bool) -> tuple[np.ndarray, np.ndarray]:
+  """ATen's antialiased (Pillow-style) tables: a stretched triangle or Keys a=-0.5 kernel,
+  taps outside the input dropped and the rest normalised."""
+  interp = 4 if cubic else 2
+  s = _area_scale(dt, n_in, n_out, align, scale)
+  support = dt(interp * 0.5) * s if s >= 1 else dt(interp * 0.5)
+  k_max = int(math.ceil(support)) * 2 + 1
+  invscale = dt(1) / s if s >= 1 else dt(1)
+  idx = np.zeros((n_out, k_max), np.int64)
+  w: np.ndarray = np.zeros((n_out, k_max), dt)
+  for o in range(n_out):
+    center = s * dt(o + 0.5)
+    xmin = max(int(center - support + dt(0.5)), 0)
+    xsize = min(int(center + support + dt(0.5)), n_in) - xmin
+    xsize = min(max(xsize, 0), k_max)
+    j = np.arange(xsize)
+    v = np.abs((j.astype(dt) + dt(xmin) - center + dt(0.5)) * invscale).astype(dt)
+    if cubic:
+      a = dt(-0.5)
+      f = np.where(v < 1, ((a + dt(2)) * v - (a + dt(3))) * v * v + dt(1),
+                   np.where(v < 2, (((v - dt(5)) * v + dt(8)) * v - dt(4)) * a, dt(0)))
+    else:
+      f = np.where(v < 1, dt(1) - v, dt(0))
+    f = f.astype(dt)
+    total = f.sum(dtype=dt) if xsize else dt(0)
+    if total != 0:
+      f = (f / total).astype(dt)
+    w[o, :xsize] = f
+    idx[o, :xsize] = xmin + j
+    idx[o, xsize:] = min(xmin, n_in - 1)
+  return idx, w
+
+
+def _adaptive_table(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+  """Averaging taps of torch's adaptive pooling: window o is [floor(o n / m), ceil((o+1) n / m))."""
+  o = np.arange(n_out, dtype=np.int64)
+  start = (o * n_in) // n_out
+  end = -((-(o + 1) * n_in) // n_out)
+  k = int((end - start).max()) if n_out else 1
+  j = np.arange(k)[None, :]
+  live = j < (end - start)[:, None]
+  idx = np.where(live, start[:, None] + j, start[:, None])
+  w = np.where(live, 1.0 / (end - start)[:, None], 0.0)
+  return idx, w
+
+
+@functools.lru_cache(maxsize=512)
+def _interp_tables(cfg: _Interp) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+  dt = np.float64 if cfg.cdtype == "float64" else np.float32
+  out = []
+  for n_in, n_out, scale in cfg.axes:
+    if cfg.kind in ("nearest", "nearest-exact"):
+      idx = _nearest_table(dt, n_in, n_out, scale, cfg.kind == "nearest-exact",
+                           len(cfg.axes) == 2)[:, None]
+      tab = (idx, np.ones(idx.shape))
+    elif cfg.kind == "area":
+      tab = _adaptive_table(n_in, n_out)
+    elif cfg.antialias and n_in == n_out:  # ATen skips an axis whose length is kept
+      tab = (np.arange(n_out)[:, None], np.ones((n_out, 1)))
+    elif cfg.antialias:
+      tab = _aa_table(dt, n_in, n_out, cfg.align_corners, scale, cfg.kind == "cubic")
+    elif cfg.kind == "linear":
+      tab = _linear_table(dt, n_in, n_out, cfg.align_corners, scale)
+    else:
+      tab = _cubic_table(dt, n_in, n_out, cfg.align_corners, scale)
+    idx, w = tab
+    idx.setflags(write=False)
+    w = np.asarray(w, np.float64)
+    w.setflags(write=False)
+    out.append((idx, w))
+  return tuple(out)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _interp_jit(x: jax.Array, cfg: _Interp) -> jax.Array:
+  lead = x.ndim - len(cfg.axes)
+  passes = []
+  for d, ((n_in, n_out, _), (idx, w)) in enumerate(zip(cfg.axes, _interp_tables(cfg))):
+    if n_in == n_out and np.array_equal(idx[:, 0], np.arange(n_out)) and np.all(
+        w[:, 0] == 1) and not np.any(w[:, 1:]):
+      continue  # an identity pass
+    passes.append((lead + d, idx, w))
+  if any(n_out == 0 for _, n_out, _ in cfg.axes) or x.size == 0:
+    shape = x.shape[:lead] + tuple(n for _, n, _ in cfg.axes)
+    return jnp.zeros(shape, x.dtype)
+  if not passes:
+    return x
+  if not jnp.issubdtype(x.dtype, jnp.floating):  # nearest on integers and bools: exact gathers
+    for axis, idx, _ in passes:
+      x = jnp.take(x, jnp.asarray(idx[:, 0]), axis=axis)
+    return x
+  return _resize_kernel.apply_separable(x, passes)
+
+
+def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
+                mode: str = "nearest", align_corners: bool | None = None,
+                recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> jax.Array:
+  """``torch.nn.functional.interpolate``: resizes the spatial axes of an ``(N, C, *spatial)``
+  array.
+
+  Modes and their input ranks (as torch): "nearest", "nearest-exact" and "area" for 3-D, 4-D
+  and 5-D inputs; "linear" 3-D, "bilinear" and "bicubic" 4-D, "trilinear" 5-D. Output lengths
+  are ``size``, or ``floor(length * scale_factor)``. Source coordinates are torch's:
+
+  - "nearest": ``floor(o * scale)`` (torch's legacy rule, ONNX asymmetric + floor), with
+    ``scale = 1 / scale_factor`` when a scale factor is given (and not recomputed), else
+    ``in / out``; computed in float32 as ATen does. On 4-D inputs ATen's kernel copies an axis
+    whose output length equals its input's and halves the index where it is twice, whatever
+    the scale factor; so does this.
+  - "nearest-exact": ``floor((o + 0.5) * scale)`` (ONNX half_pixel + round_prefer_ceil).
+  - "linear"/"bilinear"/"trilinear"/"bicubic": ``align_corners=True``:
+    ``o * (in - 1) / (out - 1)``; else ``(o + 0.5) * scale - 0.5`` (linear clamps it at 0).
+    Bicubic is Keys' kernel with ``a = -0.75`` and edge pixels repeated.
+  - ``antialias=True`` (bilinear, bicubic, 4-D): Pillow's filters stretched by the downsampling
+    factor, taps outside the input dropped and weights renormalised; bicubic then uses
+    ``a = -0.5``.
+  - "area": ``adaptive_avg_pool`` to the output size.
+
+  Args:
+    input: ``(N, C, *spatial)`` array; float16, bfloat16, float32 or float64 (any dtype for
+      "nearest" and "nearest-exact").
+    size: output spatial size: an int (every axis) or one int per spatial axis.
+    scale_factor: a float (every axis) or one per spatial axis; exactly one of ``size`` and
+      ``scale_factor``.
+    mode: one of "nearest", "linear", "bilinear", "bicubic", "trilinear", "area",
+      "nearest-exact".
+    align_corners: linear modes only (None means False); must be None for the others.
+    recompute_scale_factor: compute the output size from ``scale_factor`` and then interpolate
+      as if that size had been given (the coordinate map then uses ``in / out``).
+    antialias: bilinear and bicubic on 4-D inputs only.
+
+  Returns:
+    The resized array, of ``input``'s dtype (float16/bfloat16 compute in float32).
+
+  Raises:
+    ValueError: both or neither of ``size``/``scale_factor``; wrong lengths; ``align_corners``
+      with a non-interpolating mode; ``recompute_scale_factor`` with ``size``; ``antialias``
+      with another mode or rank; output or input sizes of 0.
+    NotImplementedError: a mode that does not exist for the input's rank, or an unknown mode.
+    TypeError: non-integer sizes, a traced size or scale factor, a non-float input to an
+      interpolating mode.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> x = jnp.array([[[1.0, 2.0, 4.0]]])
+    >>> F.interpolate(x, scale_factor=2, mode="linear")
+    Array([[[1.  , 1.25, 1.75, 2.5 , 3.5 , 4.  ]]], dtype=float32)
+    >>> F.interpolate(x, size=5, mode="nearest").tolist()
+    [[[1.0, 1.0, 2.0, 2.0, 4.0]]]
+  """
+  op = _op("interpolate")
+  x = _checks.as_array(input, op, "input")
+  static = (x.shape, x.dtype, size, scale_factor, mode, align_corners, recompute_scale_factor,
+            antialias)
+  cfg = _INTERP(_checks.cache_key(*static), *static)
+  return _interp_jit(x, cfg)
+
+
+def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: Any, mode: Any,
+                   align_corners: Any, recompute_scale_factor: Any, antialias: Any) -> _Interp:
+  op = _op("interpolate")
+  if mode not in _MODES:
+    raise NotImplementedError(
+        f"{op}: Input Error: Only 3D, 4D and 5D input Tensors supported (got {len(shape)}D) "
+        f"for the modes: nearest | linear | bilinear | bicubic | trilinear | area | "
+        f"nearest-exact (got {mode})")
+  if mode in ("nearest", "area", "nearest-exact"):
+    if align_corners is not None:
+      raise ValueError(f"{op}: align_corners option can only be set with the interpolating "
+                       f"modes: linear | bilinear | bicubic | trilinear")
+    align = False
+  else:
+    align = False if align_corners is None else _checks.static_bool(op, "align_corners",
+                                                                    align_corners)
+  antialias = _checks.static_bool(op, "antialias", antialias)
+  dim = len(shape) - 2
+  if size is not None and scale_factor is not None:
+    raise ValueError(f"{op}: only one of size or scale_factor should be defined")
+  scales: tuple[float | None, ...]
+  if size is not None:
+    if isinstance(size, (list, tuple)) and len(size) != dim:
+      raise ValueError(
+          f"{op}: Input and output must have the same number of spatial dimensions, but got "
+          f"input with spatial dimensions of {list(shape[2:])} and output size of {size}. "
+          f"Please provide input tensor in (N, C, d1, d2, ...,dK) format and output size in "
+          f"(o1, o2, ...,oK) format.")
+    sizes = size if isinstance(size, (list, tuple)) else (size,) * max(dim, 0)
+    arr = [_checks.concrete(op, "size", v) for v in sizes]
+    if not all(a.ndim == 0 and (np.issubdtype(a.dtype, np.integer)) for a in arr):
+      raise TypeError(f"{op}: expected size to be one of int or Tuple[int] or Tuple[int, int] "
+                      f"or Tuple[int, int, int], but got size with types "
+                      f"{[type(v) for v in sizes]}")
+    out = [int(a) for a in arr]
+    scales = (None,) * len(out)
+  elif scale_factor is not None:
+    if isinstance(scale_factor, (list, tuple)) and len(scale_factor) != dim:
+      raise ValueError(
+          f"{op}: Input and scale_factor must have the same number of spatial dimensions, but "
+          f"got input with spatial dimensions of {list(shape[2:])} and scale_factor of shape "
+          f"{scale_factor}. Please provide input tensor in (N, C, d1, d2, ...,dK) format and "
+          f"scale_factor in (s1, s2, ...,sK) format.")
+    sf = scale_factor if isinstance(scale_factor, (list, tuple)) else (scale_factor,) * max(dim,
+                                                                                           0)
+    scales = tuple(_checks.static_float(op, "scale_factor", v) for v in sf)
+    out = None
+  else:
+    raise ValueError(f"{op}: either size or scale_factor should be defined")
+  recompute = (recompute_scale_factor is not None
+               and _checks.static_bool(op, "recompute_scale_factor", recompute_scale_factor))
+  if recompute and size is not None:
+    raise ValueError(f"{op}: recompute_scale_factor is not meaningful with an explicit size.")
+  if mode == "area" and out is None:
+    recompute = True
+  if out is None:
+    out = [int(math.floor(float(shape[i + 2]) * float(s or 0.0))) for i, s in enumerate(scales)]
+    if recompute:
+      scales = (None,) * len(out)
+  if antialias and not (mode in ("bilinear", "bicubic") and len(shape) == 4):
+    raise ValueError(f"{op}: Anti-alias option is restricted to bilinear and bicubic modes and "
+                     f"requires a 4-D tensor as input")
+  rank = len(shape)
+  want = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}.get(mode)
+  if rank not in (3, 4, 5) or (want is not None and rank != want):
+    if want is not None and rank in (3, 4, 5):
+      raise NotImplementedError(f"{op}: Got {rank}D input, but {mode} mode needs {want}D input")
+    raise NotImplementedError(
+        f"{op}: Input Error: Only 3D, 4D and 5D input Tensors supported (got {rank}D) for the "
+        f"modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact "
+        f"(got {mode})")
+  spatial = shape[2:]
+  if mode == "area":
+    if any(o < 0 for o in out):
+      raise ValueError(f"{op}: output sizes must be >= 0; got {out}")
+  elif any(n <= 0 for n in spatial) or any(o <= 0 for o in out):
+    raise ValueError(f"{op}: Input and output sizes should be greater than 0, but got input "
+                     f"{tuple(spatial)} output {tuple(out)}")
+  if mode != "nearest" and mode != "nearest-exact" and not (
+      jnp.issubdtype(dtype, jnp.floating)):
+    raise TypeError(f"{op}: mode={mode!r} needs a floating input; got dtype "
+                    f"{np.dtype(dtype).name}")
+  kind = {"bicubic": "cubic", "bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
+  return _Interp(kind, tuple((int(n), int(o), s) for n, o, s in zip(spatial, out, scales)),
+                 align, antialias, np.dtype(_coord_dtype(dtype)).name)
+
+
+_INTERP = _checks.ConfigCache(_interp_config)
+
+
+# --- adaptive average pooling -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Adaptive:
+  axes: tuple[tuple[int, int], ...]  # (in, out) per pooled axis
+
+
+@functools.lru_cache(maxsize=512)
+def _adaptive_tables(cfg: _Adaptive) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+  out = []
+  for n_in, n_out in cfg.axes:
+    idx, w = _adaptive_table(n_in, n_out)
+    idx.setflags(write=False)
+    w.setflags(write=False)
+    out.append((idx, w))
+  return tuple(out)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _adaptive_jit(x: jax.Array, cfg: _Adaptive) -> jax.Array:
+  lead = x.ndim - len(cfg.axes)
+  if x.size == 0 or any(o == 0 for _, o in cfg.axes):
+    return jnp.zeros(x.shape[:lead] + tuple(o for _, o in cfg.axes), x.dtype)
+  passes = [(lead + d, idx, w) for d, ((n, o), (idx, w))
+            in enumerate(zip(cfg.axes, _adaptive_tables(cfg))) if n != o]
+  return _resize_kernel.apply_separable(x, passes) if passes else x
+
+
+def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any) -> _Adaptive:
+  op = _op(name)
+  if len(shape) not in (nd + 1, nd + 2):
+    raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D tensor, but got input of shape "
+                     f"{tuple(shape)}")
+  for d in shape[1:] if len(shape) == nd + 2 else shape:
+    if d == 0:
+      raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
+                       f"but input has shape {tuple(shape)}")
+  spatial = shape[len(shape) - nd:]
+  if isinstance(output_size, (list, tuple)):
+    if len(output_size) != nd:
+      raise _checks.value_error(op, "output_size", output_size,
+                                f"an int or a sequence of {nd} ints (or None)")
+    sizes = tuple(output_size)
+  else:
+    sizes = (output_size,) * nd
+  out = []
+  for n, v in zip(spatial, sizes):
+    if v is None and nd > 1:
+      out.append(int(n))
+      continue
+    a = _checks.concrete(op, "output_size", v)
+    if a.ndim != 0 or not np.issubdtype(a.dtype, np.integer):
+      raise _checks.type_error(op, "output_size", output_size,
+                               f"an int or a sequence of {nd} ints")
+    if int(a) < 0:
+      raise _checks.value_error(op, "output_size", output_size, "sizes >= 0")
+    out.append(int(a))
+  return _Adaptive(tuple((int(n), o) for n, o in zip(spatial, out)))
+
+
+_ADAPTIVE = _checks.ConfigCache(_adaptive_config)
+
+
+def _adaptive_avg(name: str, nd: int, input: ArrayLike, output_size: Any) -> jax.Array:
+  x = _float_input(name, input)
+  cfg = _ADAPTIVE(_checks.cache_key(name, nd, x.shape, output_size), name, nd, x.shape,
+                  output_size)
+  return _adaptive_jit(x, cfg)
+
+
+def adaptive_avg_pool1d(input: ArrayLike, output_size: Any) -> jax.Array:
+  """``torch.nn.functional.adaptive_avg_pool1d`` on ``(N, C, L)`` or ``(C, L)``.
+
+  Output ``o`` of ``L -> m`` averages ``input[..., floor(o * L / m) : ceil((o + 1) * L / m)]``
+  (windows of uneven length where ``m`` does not divide ``L``).
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array.
+    output_size: the output length ``m`` (an int or a 1-tuple).
+
+  Returns:
+    ``(N, C, m)`` (or ``(C, m)``), of ``input``'s dtype.
+
+  Raises:
+    ValueError: wrong rank, an empty non-batch axis, a negative size.
+    TypeError: a non-integer or traced size, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.adaptive_avg_pool1d(jnp.array([[[1.0, 2.0, 3.0, 4.0, 5.0]]]), 3).tolist()
+    [[[1.5, 3.0, 4.5]]]
+  """
+  return _adaptive_avg("adaptive_avg_pool1d", 1, input, output_size)
+
+
+def adaptive_avg_pool2d(input: ArrayLike, output_size: Any) -> jax.Array:
+  """``torch.nn.functional.adaptive_avg_pool2d`` on ``(N, C, H, W)`` or ``(C, H, W)``.
+
+  Per axis, output ``o`` of ``n -> m`` averages input ``[floor(o * n / m), ceil((o + 1) * n /
+  m))``; the 2-D window is the product of the two.
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array.
+    output_size: ``m`` for both axes, or ``(mH, mW)``; a ``None`` entry keeps that axis' size.
+
+  Returns:
+    ``(N, C, mH, mW)`` (or ``(C, mH, mW)``), of ``input``'s dtype.
+
+  Raises:
+    ValueError: wrong rank, an empty non-batch axis, a negative size.
+    TypeError: a non-integer or traced size, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.adaptive_avg_pool2d(jnp.arange(9.0).reshape(1, 3, 3), 2).tolist()
+    [[[2.0, 3.0], [5.0, 6.0]]]
+  """
+  return _adaptive_avg("adaptive_avg_pool2d", 2, input, output_size)
+
+
+def adaptive_avg_pool3d(input: ArrayLike, output_size: Any) -> jax.Array:
+  """``torch.nn.functional.adaptive_avg_pool3d`` on ``(N, C, D, H, W)`` or ``(C, D, H, W)``.
+
+  Per axis, output ``o`` of ``n -> m`` averages input ``[floor(o * n / m), ceil((o + 1) * n /
+  m))``; the 3-D window is the product of the three.
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array.
+    output_size: ``m`` for every axis, or ``(mD, mH, mW)``; a ``None`` entry keeps that size.
+
+  Returns:
+    ``(N, C, mD, mH, mW)`` (or without ``N``), of ``input``'s dtype.
+
+  Raises:
+    ValueError: wrong rank, an empty non-batch axis, a negative size.
+    TypeError: a non-integer or traced size, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.adaptive_avg_pool3d(jnp.ones((1, 2, 3, 4)), 1).shape
+    (1, 1, 1, 1)
+  """
+  return _adaptive_avg("adaptive_avg_pool3d", 3, input, output_size)
+
+
+# --- average pooling ----------------------------------------------------------------------------
+
+
+def _pool_arg(op: str, arg: str, value: Any, nd: int, *, allow_empty: bool = False) -> tuple:
+  """torch's int-or-tuple pooling argument as ``nd`` ints (an empty sequence: ``()``)."""
+  if isinstance(value, (list, tuple)):
+    if allow_empty and len(value) == 0:
+      return ()
+    if len(value) not in (1, nd):
+      what = "a single int, or a tuple of " + {1: "one int", 2: "two ints",
+                                                3: "three ints"}[nd]
+      raise _checks.value_error(op, arg, value, ("omitted, " if allow_empty else "") + what)
+    vals = tuple(_checks.int_tuple(op, arg, value))
+    return vals * nd if len(vals) == 1 else vals
+  return _checks.int_tuple(op, arg, (value,)) * nd
+
+
+@dataclasses.dataclass(frozen=True)
+class _AvgPool:
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
+  ceil_mode: bool
+  count_include_pad: bool
+  rescale: Any   # None, or a static table (nested tuples) that turns the mean into sum/override
+
+
+def _avg_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, stride: Any,
+                padding: Any, ceil_mode: Any, count_include_pad: Any,
+                divisor_override: Any) -> _AvgPool:
+  op = _op(name)
+  k = _pool_arg(op, "kernel_size", kernel_size, nd)
+  s = k if stride is None else (_pool_arg(op, "stride", stride, nd, allow_empty=True) or k)
+  p = _pool_arg(op, "padding", padding, nd)
+  ceil_mode = _checks.static_bool(op, "ceil_mode", ceil_mode)
+  cip = _checks.static_bool(op, "count_include_pad", count_include_pad)
+  if divisor_override is not None:
+    if _checks.is_traced(divisor_override) or not isinstance(divisor_override,
+                                                             (int, np.integer)) or isinstance(
+                                                                 divisor_override, bool):
+      raise _checks.type_error(op, "divisor_override", divisor_override, "an int or None")
+    if int(divisor_override) == 0:
+      raise _checks.value_error(op, "divisor_override", divisor_override,
+                                "non-zero (divisor must be not zero)")
+  if any(v <= 0 for v in k):
+    raise _checks.value_error(op, "kernel_size", kernel_size, "greater than zero")
+  if any(v <= 0 for v in s):
+    raise _checks.value_error(op, "stride", stride, "greater than zero")
+  if any(v < 0 for v in p):
+    raise _checks.value_error(op, "padding", padding, "non-negative")
+  if any(pv > kv // 2 for pv, kv in zip(p, k)):
+    raise _checks.value_error(op, "padding", padding,
+                              f"at most half of the kernel size (kernel_size {k})")
+  if len(shape) not in (nd + 1, nd + 2) or any(d == 0 for d in shape[len(shape) - nd - 1:]):
+    raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with optional "
+                     f"0 dim batch size for input; got shape {tuple(shape)}")
+  spatial = shape[len(shape) - nd:]
+  if nd == 3 and any(n < kv for n, kv in zip(spatial, k)):
+    raise ValueError(f"{op}: input image {tuple(spatial)} smaller than kernel size {k} (torch's "
+                     f"3-D pooling needs each unpadded axis at least the kernel)")
+  outs, counts = [], []
+  for n, kv, sv, pv in zip(spatial, k, s, p):
+    span = n + 2 * pv - kv
+    o = (span + (sv - 1 if ceil_mode else 0)) // sv + 1
+    if ceil_mode and (o - 1) * sv >= n + pv:
+      o -= 1
+    if o < 1:
+      raise ValueError(f"{op}: Given input size {tuple(spatial)}, the calculated output size "
+                       f"is too small (kernel_size {k}, stride {s}, padding {p})")
+    outs.append(o)
+    start = np.arange(o) * sv - pv
+    end = np.minimum(start + kv, n + pv)
+    if cip:
+      counts.append(end - start)
+    else:
+      counts.append(np.minimum(end, n) - np.maximum(start, 0))
+  rescale = None
+  if divisor_override is not None:
+    table = np.ones((), np.float64)
+    for c in counts:
+      table = np.multiply.outer(table, c.astype(np.float64))
+    rescale = (table / int(divisor_override)).tolist()
+    rescale = _freeze(rescale)
+  return _AvgPool(k, s, p, ceil_mode, cip, rescale)
+
+
+def _freeze(v: Any) -> Any:
+  return tuple(_freeze(e) for e in v) if isinstance(v, list) else v
+
+
+_AVG = _checks.ConfigCache(_avg_config)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _avg_jit(x: jax.Array, cfg: _AvgPool) -> jax.Array:
+  y = jaxops.average_pool(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
+                          ceil_mode=cfg.ceil_mode, count_include_pad=cfg.count_include_pad)
+  if cfg.rescale is not None:
+    r = np.asarray(cfg.rescale, np.float64)
+    r = r.reshape((1,) * (y.ndim - r.ndim) + r.shape)
+    dt = _checks.compute_dtype(y.dtype)
+    y = (y.astype(dt) * jnp.asarray(r, dt)).astype(y.dtype)
+  return y
+
+
+def _avg_pool(name: str, nd: int, input: ArrayLike, kernel_size: Any, stride: Any,
+              padding: Any, ceil_mode: Any, count_include_pad: Any,
+              divisor_override: Any) -> jax.Array:
+  x = _float_input(name, input)
+  static = (name, nd, x.shape, kernel_size, stride, padding, ceil_mode, count_include_pad,
+            divisor_override)
+  cfg = _AVG(_checks.cache_key(*static), *static)
+  return _avg_jit(x, cfg)
+
+
+def avg_pool1d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True) -> jax.Array:
+  """``torch.nn.functional.avg_pool1d`` on ``(N, C, L)`` or ``(C, L)``.
+
+  Output length ``floor((L + 2 p - k) / s) + 1`` (``ceil`` with ``ceil_mode``, less one if the
+  last window would start in the right padding). Window ``o`` covers ``[o s - p, o s - p + k)``;
+  its sum is divided by the number of its positions in ``[-p, L + p)``
+  (``count_include_pad=True``) or in ``[0, L)``.
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array.
+    kernel_size: window length (an int or a 1-tuple).
+    stride: step; default ``kernel_size``.
+    padding: implicit zero padding on both sides, at most ``kernel_size // 2``.
+    ceil_mode: round the output length up.
+    count_include_pad: count the padding in the divisor.
+
+  Returns:
+    The pooled array, of ``input``'s dtype.
+
+  Raises:
+    ValueError: sizes below 1, padding over half the kernel, wrong rank, an output length < 1.
+    TypeError: non-integer or traced sizes, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.avg_pool1d(jnp.array([[[1.0, 2.0, 3.0, 4.0]]]), 2, padding=1).tolist()
+    [[[0.5, 2.5, 2.0]]]
+  """
+  return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode,
+                   count_include_pad, None)
+
+
+def avg_pool2d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> jax.Array:
+  """``torch.nn.functional.avg_pool2d`` on ``(N, C, H, W)`` or ``(C, H, W)``.
+
+  Per axis as ``avg_pool1d``; the divisor is the product of the per-axis counts, or
+  ``divisor_override`` when given (the window sum divided by it).
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array.
+    kernel_size: an int or ``(kH, kW)``.
+    stride: an int or ``(sH, sW)``; default ``kernel_size``.
+    padding: an int or ``(pH, pW)``, each at most half its kernel.
+    ceil_mode: round output lengths up.
+    count_include_pad: count the padding in the divisor.
+    divisor_override: a non-zero int that replaces the divisor.
+
+  Returns:
+    The pooled array, of ``input``'s dtype.
+
+  Raises:
+    ValueError: sizes below 1, padding over half the kernel, a zero divisor, wrong rank, an
+      output length < 1.
+    TypeError: non-integer or traced sizes, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> x = jnp.arange(16.0).reshape(1, 1, 4, 4)
+    >>> F.avg_pool2d(x, 2).tolist()
+    [[[[2.5, 4.5], [10.5, 12.5]]]]
+    >>> F.avg_pool2d(x, 2, divisor_override=1).tolist()
+    [[[[10.0, 18.0], [42.0, 50.0]]]]
+  """
+  return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode,
+                   count_include_pad, divisor_override)
+
+
+def avg_pool3d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> jax.Array:
+  """``torch.nn.functional.avg_pool3d`` on ``(N, C, D, H, W)`` or ``(C, D, H, W)``.
+
+  Per axis as ``avg_pool1d``; the divisor is the product of the per-axis counts, or
+  ``divisor_override`` when given.
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array.
+    kernel_size: an int or ``(kD, kH, kW)``.
+    stride: an int or ``(sD, sH, sW)``; default ``kernel_size``.
+    padding: an int or ``(pD, pH, pW)``, each at most half its kernel.
+    ceil_mode: round output lengths up.
+    count_include_pad: count the padding in the divisor.
+    divisor_override: a non-zero int that replaces the divisor.
+
+  Returns:
+    The pooled array, of ``input``'s dtype.
+
+  Raises:
+    ValueError: sizes below 1, padding over half the kernel, a zero divisor, wrong rank, an
+      output length < 1, an (unpadded) input axis shorter than its kernel.
+    TypeError: non-integer or traced sizes, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.avg_pool3d(jnp.ones((1, 1, 2, 2, 2)), 2).tolist()
+    [[[[[1.0]]]]]
+  """
+  return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode,
+                   count_include_pad, divisor_override)
+
+
+# --- max pooling (jaxops.max_pool, jaxops.max_unpool) --------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _MaxPool:
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
+  dilation: tuple[int, ...]
+  ceil_mode: bool
+  indices: bool
+
+
+def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, stride: Any,
+                padding: Any, dilation: Any, ceil_mode: Any, return_indices: Any) -> _MaxPool:
+  op = _op(name)
+  k = _pool_arg(op, "kernel_size", kernel_size, nd)
+  s = k if stride is None else (_pool_arg(op, "stride", stride, nd, allow_empty=True) or k)
+  p = _pool_arg(op, "padding", padding, nd)
+  d = _pool_arg(op, "dilation", dilation, nd)
+  ceil_mode = _checks.static_bool(op, "ceil_mode", ceil_mode)
+  ind = _checks.static_bool(op, "return_indices", return_indices)
+  if any(v <= 0 for v in k):
+    raise _checks.value_error(op, "kernel_size", kernel_size, "greater than zero")
+  if any(v <= 0 for v in s):
+    raise _checks.value_error(op, "stride", stride, "greater than zero")
+  if any(v <= 0 for v in d):
+    raise _checks.value_error(op, "dilation", dilation, "greater than zero")
+  if any(v < 0 for v in p):
+    raise _checks.value_error(op, "padding", padding, "non-negative")
+  ext = [dv * (kv - 1) + 1 for kv, dv in zip(k, d)]
+  if any(pv > e // 2 for pv, e in zip(p, ext)):
+    raise _checks.value_error(op, "padding", padding,
+                              "at most half of the effective kernel size "
+                              f"(kernel_size {k}, dilation {d})")
+  if any(pv >= kv for pv, kv in zip(p, k)):
+    raise _checks.value_error(op, "padding", padding,
+                              f"smaller than kernel_size {k} (jaxops.max_pool's limit; torch "
+                              f"allows up to half the dilated kernel)")
+  if len(shape) not in (nd + 1, nd + 2) or any(v == 0 for v in shape[len(shape) - nd - 1:]):
+    raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with optional "
+                     f"0 dim batch size for input; got shape {tuple(shape)}")
+  spatial = shape[len(shape) - nd:]
+  for n, kv, sv, pv, e in zip(spatial, k, s, p, ext):
+    o = (n + 2 * pv - e + (sv - 1 if ceil_mode else 0)) // sv + 1
+    if ceil_mode and (o - 1) * sv >= n + pv:
+      o -= 1
+    if o < 1:
+      raise ValueError(f"{op}: Given input size {tuple(spatial)}, the calculated output size "
+                       f"is too small (kernel_size {k}, stride {s}, padding {p}, dilation {d})")
+  return _MaxPool(k, s, p, d, ceil_mode, ind)
+
+
+_MAX = _checks.ConfigCache(_max_config)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _max_jit(x: jax.Array, cfg: _MaxPool) -> Any:
+  out = jaxops.max_pool(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
+                        dilations=cfg.dilation, ceil_mode=cfg.ceil_mode,
+                        return_indices=cfg.indices)
+  if not cfg.indices:
+    return out
+  y, idx = out
+  plane = math.prod(x.shape[x.ndim - len(cfg.kernel):])
+  return y, idx % jnp.asarray(plane, idx.dtype)
+
+
+def _max_pool(name: str, nd: int, input: ArrayLike, kernel_size: Any, stride: Any, padding: Any,
+              dilation: Any, ceil_mode: Any, return_indices: Any) -> Any:
+  x = _checks.as_array(input, _op(name), "input")
+  static = (name, nd, x.shape, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+  cfg = _MAX(_checks.cache_key(*static), *static)
+  return _max_jit(x, cfg)
+
+
+_MAX_DOC = """``torch.nn.functional.max_pool{nd}d`` on ``(N, C, *spatial)`` or ``(C, *spatial)``.
+
+  Per axis: window ``o`` reads ``o * stride - padding + j * dilation`` for ``j < kernel``
+  (padding never wins); output length ``floor((n + 2 p - dilation (k - 1) - 1) / s) + 1``
+  (``ceil`` with ``ceil_mode``, less one if the last window would start in the right padding).
+  Ties go to the first maximum in window order. ``return_indices`` gives torch's indices: the
+  flat position of the maximum within its ``(N, C)`` plane of the input, for
+  ``max_unpool{nd}d``. The gradient goes to that element.
+
+  Args:
+    input: float16, bfloat16, float32, float64, int8 or uint8 array.
+    kernel_size: an int or one per spatial axis.
+    stride: an int or one per axis; default ``kernel_size``.
+    padding: an int or one per axis, at most half the dilated kernel (and below the kernel).
+    dilation: an int or one per axis.
+    ceil_mode: round output lengths up.
+    return_indices: also return the indices (int64; int32 without JAX's 64-bit mode).
+
+  Returns:
+    The pooled array (``input``'s dtype), or the pair (pooled, indices).
+
+  Raises:
+    ValueError: sizes below 1, padding over half the dilated kernel or not below the kernel,
+      wrong rank, an output length < 1.
+    TypeError: non-integer or traced sizes, an unsupported dtype.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> y, i = F.max_pool{nd}d(jnp.arange(8.0).reshape({shape}), 2, return_indices=True)
+    >>> i.ravel().tolist()
+    {idx}
+  """
+
+
+def max_pool1d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+  return _max_pool("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode,
+                   return_indices)
+
+
+def max_pool2d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+  return _max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode,
+                   return_indices)
+
+
+def max_pool3d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+  return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode,
+                   return_indices)
+
+
+max_pool1d.__doc__ = _MAX_DOC.format(nd=1, shape="1, 1, 8", idx="[1, 3, 5, 7]")
+max_pool2d.__doc__ = _MAX_DOC.format(nd=2, shape="1, 2, 4", idx="[5, 7]")
+max_pool3d.__doc__ = _MAX_DOC.format(nd=3, shape="1, 2, 2, 2", idx="[7]")
+
+
+# --- power-average pooling (torch's definition on avg_pool) -------------------------------------
+
+
+def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: Any,
+             stride: Any, ceil_mode: Any) -> jax.Array:
+  op = _op(name)
+  x = _float_input(name, input)
+  p = _checks.static_float(op, "norm_type", norm_type)
+  k = _pool_arg(op, "kernel_size", kernel_size, nd)
+  avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
+  a = avg(x ** jnp.asarray(p, x.dtype), kernel_size, stride, 0, ceil_mode)
+  return (jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k)) ** jnp.asarray(1.0 / p,
+                                                                              x.dtype)
+
+
+_LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x ** p) ** (1 / p)``.
+
+  Computed as torch defines it: ``a = avg_pool{nd}d(input ** norm_type, kernel_size, stride,
+  0, ceil_mode)``, then ``(sign(a) * relu(|a|) * prod(kernel_size)) ** (1 / norm_type)``
+  (so a ``ceil_mode`` window cut by the input's end is scaled by the full kernel size, as in
+  torch).
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array, ``(N, C, *spatial)`` or unbatched.
+    norm_type: ``p`` (a float; negative window sums give NaN for fractional powers, as torch).
+    kernel_size: an int or one per spatial axis.
+    stride: an int or one per axis; default ``kernel_size``.
+    ceil_mode: round output lengths up.
+
+  Returns:
+    The pooled array, of ``input``'s dtype.
+
+  Raises:
+    ValueError: as ``avg_pool{nd}d``.
+    TypeError: a non-number ``norm_type``, non-integer or traced sizes, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.lp_pool{nd}d(jnp.full({shape}, 2.0), 2, 2).ravel().tolist()
+    {out}
+  """
+
+
+def lp_pool1d(input: ArrayLike, norm_type: float, kernel_size: Any, stride: Any = None,
+              ceil_mode: bool = False) -> jax.Array:
+  return _lp_pool("lp_pool1d", 1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input: ArrayLike, norm_type: float, kernel_size: Any, stride: Any = None,
+              ceil_mode: bool = False) -> jax.Array:
+  return _lp_pool("lp_pool2d", 2, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input: ArrayLike, norm_type: float, kernel_size: Any, stride: Any = None,
+              ceil_mode: bool = False) -> jax.Array:
+  return _lp_pool("lp_pool3d", 3, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+lp_pool1d.__doc__ = _LP_DOC.format(nd=1, shape="(1, 1, 2)", out="[2.8284270763397217]")
+lp_pool2d.__doc__ = _LP_DOC.format(nd=2, shape="(1, 2, 2)", out="[4.0]")
+lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152679443]")

@@ -1,0 +1,357 @@
+"""jaxops.torch.interpolate against torch 2.13 CPU itself: values, gradients, errors.
+
+Oracle: ``torch.nn.functional.interpolate`` (and torch.autograd for gradients) on the same data.
+The one place where torch is inconsistent with itself (antialiased resize to an output width of
+1, see docs/DEVIATIONS.md) is compared against torch's own transposed call.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import jaxops.torch as F
+
+# torch.testing's float32 tolerance; float64 as the issue asks.
+TOL = {np.float32: dict(rtol=1.3e-6, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+LINEAR_MODES = ("linear", "bilinear", "bicubic", "trilinear")
+MODE_DIM = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+
+
+def _random_config(rng: np.random.Generator, mode: str) -> tuple[tuple[int, ...], dict]:
+  nd = MODE_DIM.get(mode, int(rng.integers(1, 4)))
+  hi_in, hi_out = (6, 8) if nd == 3 else (8, 12)  # 3-D: smaller, the dense oracle maps grow fast
+  spatial = tuple(int(v) for v in rng.integers(1, hi_in, nd))
+  shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) + spatial
+  kw: dict = {}
+  while True:
+    if rng.random() < 0.45:
+      size = [int(v) for v in rng.integers(1, hi_out, nd)]
+      kw["size"] = size[0] if nd == 1 and rng.random() < 0.5 else tuple(size)
+      break
+    # Scale factors with 0-3 decimals (round ones like 2.0 hit exact coordinates and ties).
+    sf = [float(np.round(rng.uniform(0.25, 3.5), int(rng.integers(0, 4)))) for _ in range(nd)]
+    if all(int(np.floor(n * s)) >= 1 for n, s in zip(spatial, sf)):
+      kw["scale_factor"] = sf[0] if rng.random() < 0.3 and len(set(sf)) == 1 else tuple(sf)
+      if mode != "area" and rng.random() < 0.3:
+        kw["recompute_scale_factor"] = True
+      break
+  if mode in LINEAR_MODES:
+    choice = rng.integers(0, 3)
+    if choice:
+      kw["align_corners"] = bool(choice == 2)
+  if mode in ("bilinear", "bicubic") and rng.random() < 0.4:
+    kw["antialias"] = True
+  return shape, kw
+
+
+def _torch_interpolate(x: torch.Tensor, mode: str, kw: dict) -> torch.Tensor:
+  """torch's result; for antialias with an output width of 1 and a resized height, torch's own
+  transposed call (its direct call repeats the first row's weights: docs/DEVIATIONS.md)."""
+  y = TF.interpolate(x, mode=mode, **kw)
+  if kw.get("antialias") and y.shape[-1] == 1 and y.shape[-2] != x.shape[-2]:
+    kw_t = {k: (tuple(v)[::-1] if isinstance(v, (tuple, list)) else v) for k, v in kw.items()}
+    y = TF.interpolate(x.transpose(-1, -2), mode=mode, **kw_t).transpose(-1, -2)
+  return y
+
+
+def batched_sweep(calls: list, xs: list[np.ndarray], cotangents: list[np.ndarray]) -> tuple:
+  """Runs many configurations as one jitted program (one compile, not one per configuration).
+
+  ``calls[i]`` maps an array to an array. Returns the float64 outputs, the float32 outputs and
+  the float64 gradients of ``sum(calls[i](x) * cotangents[i])``.
+  """
+  def fwd(vs):
+    return [c(v) for c, v in zip(calls, vs)]
+
+  def loss(vs):
+    return sum(jnp.sum(c(v) * g) for c, v, g in zip(calls, vs, cotangents))
+
+  x64 = [jnp.asarray(x) for x in xs]
+  x32 = [jnp.asarray(x.astype(np.float32)) for x in xs]
+  out64 = jax.jit(fwd)(x64)
+  out32 = jax.jit(fwd)(x32)
+  grads = jax.jit(jax.grad(loss))(x64)
+  return out64, out32, grads
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear", "bilinear", "bicubic",
+                                  "trilinear", "area"])
+def test_interpolate_matches_torch_end_to_end(mode):
+  """Random configurations per mode through the public function under jit: float64 and float32
+  values and float64 gradients (jax.grad against torch.autograd), all compiled as one program."""
+  rng = np.random.default_rng(1000 + sum(map(ord, mode)))
+  configs, xs, gs, want64, want32, wantg = [], [], [], [], [], []
+  for _ in range(8):
+    shape, kw = _random_config(rng, mode)
+    x = rng.standard_normal(shape)
+    want32.append(_torch_interpolate(torch.tensor(x.astype(np.float32)), mode, kw).numpy())
+    xt = torch.tensor(x, requires_grad=True)
+    yt = _torch_interpolate(xt, mode, kw)
+    g = rng.standard_normal(tuple(yt.shape))
+    yt.backward(torch.tensor(g))
+    want = xt.grad.numpy()
+    if mode == "nearest" and _nearest_backward_shortcut(shape, kw):
+      want = _nearest_transpose(shape, mode, kw, g)  # docs/DEVIATIONS.md, jaxops.torch 2
+    if _aa_backward_does_not_skip(shape, kw):
+      continue  # docs/DEVIATIONS.md, jaxops.torch 3; its plan is checked above
+    configs.append((shape, kw))
+    xs.append(x)
+    gs.append(g)
+    want64.append(yt.detach().numpy())
+    wantg.append(want)
+  calls = [lambda v, kw=kw: F.interpolate(v, mode=mode, **kw) for _, kw in configs]
+  out64, out32, grads = batched_sweep(calls, xs, gs)
+  for i, (shape, kw) in enumerate(configs):
+    msg = f"{mode} {shape} {kw}"
+    assert out64[i].dtype == np.float64 and out32[i].dtype == np.float32, msg
+    np.testing.assert_allclose(out64[i], want64[i], **TOL[np.float64], err_msg=msg)
+    np.testing.assert_allclose(out32[i], want32[i], **TOL[np.float32], err_msg=msg)
+    np.testing.assert_allclose(grads[i], wantg[i], **TOL[np.float64], err_msg="grad " + msg)
+
+
+def _nearest_backward_shortcut(shape: tuple[int, ...], kw: dict) -> bool:
+  """Whether torch's nearest backward kernel takes its legacy shortcut (an output length equal
+  to or twice the input's copies / halves indices, whatever the scale factor) on an axis where
+  its forward kernel computes floor(o / scale_factor) instead."""
+  sf = kw.get("scale_factor")
+  spatial = shape[2:]
+  if sf is None or kw.get("recompute_scale_factor") or len(spatial) == 2:
+    return False  # torch's 2-D forward takes the same shortcut
+  sf = sf if isinstance(sf, (tuple, list)) else (sf,) * len(spatial)
+  for n, s in zip(spatial, sf):
+    out = int(np.floor(n * s))
+    if (out == n and s != 1.0) or (out == 2 * n and s != 2.0):
+      return True
+  return False
+
+
+def _aa_backward_does_not_skip(shape: tuple[int, ...], kw: dict) -> bool:
+  """Whether torch's antialiased forward skips an axis whose length is kept while its backward
+  resamples it with 1 / scale_factor."""
+  sf = kw.get("scale_factor")
+  if not kw.get("antialias") or sf is None or kw.get("recompute_scale_factor"):
+    return False
+  sf = sf if isinstance(sf, (tuple, list)) else (sf,) * 2
+  return any(int(np.floor(n * s)) == n and s != 1.0 for n, s in zip(shape[2:], sf))
+
+
+def _nearest_transpose(shape: tuple[int, ...], mode: str, kw: dict, g: np.ndarray) -> np.ndarray:
+  """The gradient of torch's forward nearest map: torch's forward applied to an iota gives each
+  output's source element (exact in float64); the cotangent is summed into those sources."""
+  iota = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+  src = TF.interpolate(torch.tensor(iota), mode=mode, **kw).numpy().astype(np.int64)
+  out = np.zeros(iota.size)
+  np.add.at(out, src.ravel(), g.ravel())
+  return out.reshape(shape)
+
+
+def test_nearest_indices_are_torch_float32_indices_exactly():
+  """Copies of an iota: the source index of every output equals torch's, for every dtype."""
+  rng = np.random.default_rng(7)
+  for _ in range(30):
+    n = int(rng.integers(1, 40))  # uint8 holds the iota
+    kw = ({"size": int(rng.integers(1, 80))} if rng.random() < 0.5 else
+          {"scale_factor": float(np.round(rng.uniform(0.3, 4.0), int(rng.integers(0, 5))))})
+    if "scale_factor" in kw and int(n * kw["scale_factor"]) < 1:
+      continue
+    for mode in ("nearest", "nearest-exact"):
+      for dt in (np.float64, np.uint8):
+        x = np.arange(n, dtype=dt).reshape(1, 1, n)
+        want = TF.interpolate(torch.tensor(x), mode=mode, **kw).numpy()
+        got = np.asarray(F.interpolate(x, mode=mode, **kw))
+        np.testing.assert_array_equal(got, want, err_msg=f"{mode} {n} {kw}")
+
+
+def test_nearest_backward_shortcut_deviation_is_pinned():
+  """torch's nearest backward copies indices where the output length equals the input's, while
+  its forward computes floor(o / scale_factor): its gradient is not the transpose of its
+  forward. jaxops' gradient is the transpose of the forward that both compute. DEVIATIONS.md,
+  jaxops.torch 2."""
+  x = np.array([[[1.0, 2.0, 3.0]]])
+  xt = torch.tensor(x, requires_grad=True)
+  y = TF.interpolate(xt, scale_factor=1.2, mode="nearest")
+  # Forward: floor(o / 1.2) = 0, 0, 1 (float32), so y = [1, 1, 2] and dy/dx3 = 0.
+  assert y.detach().numpy().tolist() == [[[1.0, 1.0, 2.0]]]
+  np.testing.assert_array_equal(F.interpolate(x, scale_factor=1.2, mode="nearest"),
+                                [[[1.0, 1.0, 2.0]]])
+  y.backward(torch.tensor([[[1.0, 10.0, 100.0]]]))
+  assert xt.grad.numpy().tolist() == [[[1.0, 10.0, 100.0]]]  # torch: the identity's transpose
+  grad = jax.grad(lambda v: jnp.sum(F.interpolate(v, scale_factor=1.2, mode="nearest")
+                                    * jnp.array([[[1.0, 10.0, 100.0]]])))(x)
+  np.testing.assert_array_equal(grad, [[[11.0, 100.0, 0.0]]])
+
+
+def test_antialias_backward_of_a_kept_axis_deviation_is_pinned():
+  """torch's antialiased forward copies an axis whose output length equals its input's (5 -> 5
+  with scale_factor 1.18), but its backward resamples that axis with 1 / 1.18: its gradient is
+  not the transpose of its forward. jaxops' gradient is. DEVIATIONS.md, jaxops.torch 3."""
+  x = np.random.default_rng(4).standard_normal((1, 1, 5, 2))
+  kw = dict(scale_factor=(1.18, 1.0), mode="bilinear", antialias=True)
+  xt = torch.tensor(x, requires_grad=True)
+  y = TF.interpolate(xt, **kw)
+  np.testing.assert_allclose(y.detach().numpy(), x, rtol=1e-12)  # the forward is a copy
+  np.testing.assert_allclose(F.interpolate(x, **kw), x, rtol=1e-12)
+  g = np.random.default_rng(5).standard_normal(x.shape)
+  y.backward(torch.tensor(g))
+  assert np.abs(xt.grad.numpy() - g).max() > 0.1  # torch's backward is not the copy's
+  grad = jax.grad(lambda v: jnp.sum(F.interpolate(v, **kw) * g))(x)
+  np.testing.assert_allclose(grad, g, rtol=1e-12)
+
+
+def test_antialias_width_one_deviation_is_pinned():
+  """torch's antialiased CPU kernel, for an output width of 1 and a resized height, applies the
+  first output row's weights to every row; its transposed call does not. jaxops gives the
+  transposed call's (correct) result. docs/DEVIATIONS.md, jaxops.torch 1."""
+  x = np.random.default_rng(3).standard_normal((1, 2, 6, 5))
+  xt = torch.tensor(x)
+  direct = TF.interpolate(xt, size=(3, 1), mode="bicubic", antialias=True).numpy()
+  transposed = TF.interpolate(xt.transpose(2, 3), size=(1, 3), mode="bicubic",
+                              antialias=True).transpose(2, 3).numpy()
+  assert np.abs(direct - transposed).max() > 0.1  # torch disagrees with itself
+  np.testing.assert_allclose(direct[:, :, 1:], direct[:, :, :1].repeat(2, axis=2), rtol=1e-12)
+  got = np.asarray(F.interpolate(x, size=(3, 1), mode="bicubic", antialias=True))
+  np.testing.assert_allclose(got, transposed, rtol=1e-12, atol=1e-12)
+
+
+def test_differences_from_jax_image_in_numbers():
+  """The three differences that bite porters, with torch as the oracle (README porting guide).
+
+  1. cubic coefficient: torch's bicubic is Keys a=-0.75, jax.image's "cubic" a=-0.5. Upsampling
+     x = [0, 0, 1, 0, ...] by 2, output 4 samples 1.75, at distance 0.25 from pixel 2:
+     ((a + 2) 0.25 - (a + 3)) 0.25^2 + 1 = 0.87890625 for a = -0.75, 0.8671875 for a = -0.5.
+  2. align_corners: arange(8) to 3 samples: torch's align_corners=True reads 0, 3.5, 7;
+     half-pixel (torch's default, jax.image's only choice) reads (o + 0.5) 8 / 3 - 0.5 =
+     0.8333, 3.5, 6.1667.
+  3. antialias: jax.image.resize antialiases downsampling by default, torch does not:
+     [0, 0, 1, 0, 0, 0, 2, 0] to 4 with bilinear reads sources 0.5, 2.5, 4.5, 6.5 in torch
+     (0, 0.5, 0, 1); jax.image gives torch's antialias=True values (1/7, 3/8, 1/4, 6/7).
+  """
+  x = np.array([0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 2.0, 0.0]).reshape(1, 1, 1, 8)
+  xt = torch.tensor(x)
+  up_t = TF.interpolate(xt, size=(1, 16), mode="bicubic").numpy()
+  np.testing.assert_allclose(F.interpolate(x, size=(1, 16), mode="bicubic"), up_t, rtol=1e-12,
+                             atol=1e-12)
+  up_ji = np.asarray(jax.image.resize(x, (1, 1, 1, 16), "cubic"))
+  assert up_t[0, 0, 0, 4] == 0.87890625
+  assert up_ji[0, 0, 0, 4] == 0.8671875
+  r = np.arange(8.0).reshape(1, 1, 1, 8)
+  ac = TF.interpolate(torch.tensor(r), size=(1, 3), mode="bilinear", align_corners=True).numpy()
+  hp = TF.interpolate(torch.tensor(r), size=(1, 3), mode="bilinear").numpy()
+  np.testing.assert_allclose(F.interpolate(r, size=(1, 3), mode="bilinear", align_corners=True),
+                             ac, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(F.interpolate(r, size=(1, 3), mode="bilinear"), hp, rtol=1e-12)
+  assert ac.ravel().tolist() == [0.0, 3.5, 7.0]
+  np.testing.assert_allclose(hp.ravel(), [5 / 6, 3.5, 37 / 6], rtol=1e-12)
+  np.testing.assert_allclose(jax.image.resize(r, (1, 1, 1, 3), "linear", antialias=False).ravel(),
+                             [5 / 6, 3.5, 37 / 6], rtol=1e-12)
+  down_t = TF.interpolate(xt, size=(1, 4), mode="bilinear").numpy()
+  np.testing.assert_allclose(F.interpolate(x, size=(1, 4), mode="bilinear"), down_t, rtol=1e-12)
+  assert down_t.ravel().tolist() == [0.0, 0.5, 0.0, 1.0]
+  down_aa = TF.interpolate(xt, size=(1, 4), mode="bilinear", antialias=True).numpy()
+  np.testing.assert_allclose(F.interpolate(x, size=(1, 4), mode="bilinear", antialias=True),
+                             down_aa, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(down_aa.ravel(), [1 / 7, 3 / 8, 1 / 4, 6 / 7], rtol=1e-12)
+  np.testing.assert_allclose(jax.image.resize(x, (1, 1, 1, 4), "linear").ravel(),
+                             [1 / 7, 3 / 8, 1 / 4, 6 / 7], rtol=1e-12)
+
+
+def test_dinov2_position_embedding_port():
+  """DINOv2's interpolate_pos_encoding (facebookresearch/dinov2 vision_transformer.py), ported
+  line by line: bicubic with scale_factor and antialias=False, float32, same weights."""
+
+  def torch_version(pos_embed, w, h, patch_size=14, interpolate_offset=0.1):
+    n = pos_embed.shape[1] - 1
+    class_pos, patch_pos = pos_embed[:, 0], pos_embed[:, 1:]
+    dim = pos_embed.shape[-1]
+    m = int(np.sqrt(n))
+    w0, h0 = w // patch_size, h // patch_size
+    sx, sy = float(w0 + interpolate_offset) / m, float(h0 + interpolate_offset) / m
+    patch_pos = TF.interpolate(patch_pos.reshape(1, m, m, dim).permute(0, 3, 1, 2),
+                               scale_factor=(sx, sy), mode="bicubic", antialias=False)
+    patch_pos = patch_pos.permute(0, 2, 3, 1).view(1, -1, dim)
+    return torch.cat((class_pos.unsqueeze(0), patch_pos), dim=1)
+
+  def jax_version(pos_embed, w, h, patch_size=14, interpolate_offset=0.1):
+    n = pos_embed.shape[1] - 1
+    class_pos, patch_pos = pos_embed[:, 0], pos_embed[:, 1:]
+    dim = pos_embed.shape[-1]
+    m = int(np.sqrt(n))
+    w0, h0 = w // patch_size, h // patch_size
+    sx, sy = float(w0 + interpolate_offset) / m, float(h0 + interpolate_offset) / m
+    patch_pos = F.interpolate(patch_pos.reshape(1, m, m, dim).transpose(0, 3, 1, 2),
+                              scale_factor=(sx, sy), mode="bicubic", antialias=False)
+    patch_pos = patch_pos.transpose(0, 2, 3, 1).reshape(1, -1, dim)
+    return jnp.concatenate((class_pos[None], patch_pos), axis=1)
+
+  weights = np.random.default_rng(0).standard_normal((1, 1 + 16 * 16, 32)).astype(np.float32)
+  want = torch_version(torch.tensor(weights), 518, 308).numpy()
+  got = np.asarray(jax.jit(jax_version, static_argnums=(1, 2))(jnp.asarray(weights), 518, 308))
+  assert got.shape == want.shape == (1, 1 + 37 * 22, 32)
+  np.testing.assert_allclose(got, want, **TOL[np.float32])
+
+
+class TestVariants(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_jit_and_eager(self):
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((3, 2, 5, 6)))
+    want = TF.interpolate(torch.tensor(np.asarray(x)), scale_factor=1.5, mode="bicubic",
+                          align_corners=True).numpy()
+    f = self.variant(lambda v: F.interpolate(v, scale_factor=1.5, mode="bicubic",
+                                             align_corners=True))
+    np.testing.assert_allclose(f(x), want, rtol=1e-12, atol=1e-12)
+
+  def test_vmap_and_no_retrace(self):
+    x = np.random.default_rng(2).standard_normal((4, 2, 3, 5, 6))
+    want = np.stack([TF.interpolate(torch.tensor(v), size=(4, 9), mode="bilinear").numpy()
+                     for v in x])
+
+    @chex.assert_max_traces(n=1)
+    def f(v):
+      return F.interpolate(v, size=(4, 9), mode="bilinear")
+
+    jf = jax.jit(jax.vmap(f))
+    np.testing.assert_allclose(jf(x), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(jf(x + 1.0), want + 1.0, rtol=1e-12, atol=1e-12)
+
+  def test_half_precision_computes_in_float32(self):
+    x = np.random.default_rng(3).standard_normal((1, 2, 5, 6)).astype(np.float32)
+    want = TF.interpolate(torch.tensor(x), size=(7, 4), mode="bicubic").numpy()
+    got = F.interpolate(jnp.asarray(x, jnp.bfloat16), size=(7, 4), mode="bicubic")
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(size=4, scale_factor=2.0), ValueError, "only one of size or scale_factor"),
+    (dict(), ValueError, "either size or scale_factor"),
+    (dict(size=4, mode="nearest", align_corners=True), ValueError, "align_corners option"),
+    (dict(size=(4, 4, 4)), ValueError, "same number of spatial dimensions"),
+    (dict(scale_factor=(2.0,)), ValueError, "same number of spatial dimensions"),
+    (dict(size=4, recompute_scale_factor=True), ValueError, "recompute_scale_factor"),
+    (dict(size=4, mode="nearest", antialias=True), ValueError, "Anti-alias"),
+    (dict(size=4, mode="linear"), NotImplementedError, "linear mode needs 3D"),
+    (dict(size=4, mode="cubic"), NotImplementedError, r"got cubic"),
+    (dict(size=4.5), TypeError, "expected size"),
+    (dict(size=0, mode="bilinear"), ValueError, "greater than 0"),
+])
+def test_interpolate_errors_as_torch(kw, exc, match):
+  x = np.zeros((1, 1, 3, 3))
+  kw = dict(kw)
+  kw.setdefault("mode", "nearest")
+  with pytest.raises(RuntimeError if exc is ValueError and "greater than 0" in match else exc):
+    TF.interpolate(torch.tensor(x), **kw)
+  with pytest.raises(exc, match="jaxops.torch.interpolate: .*" + match):
+    F.interpolate(x, **kw)
+
+
+def test_traced_size_is_a_type_error():
+  with pytest.raises(TypeError, match="jaxops.torch.interpolate: argument `size`"):
+    jax.jit(lambda x, s: F.interpolate(x, size=s))(jnp.zeros((1, 1, 3)), 4)

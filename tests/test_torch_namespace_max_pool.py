@@ -1,0 +1,108 @@
+"""jaxops.torch's max pooling against torch 2.13 CPU: values, indices exactly, gradients.
+
+Oracle: torch.nn.functional.max_pool{1,2,3}d (return_indices=True) and torch.autograd.
+Random normal data has no ties and no NaN (torch lets a later NaN win, jaxops.max_pool does
+not: see docs/DEVIATIONS.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import jaxops.torch as F
+
+# Configurations per compiled sweep: each costs an XLA compile, so the default keeps the file
+# within the suite's time budget; JAXOPS_TORCH_SWEEP=200 runs the full sweep.
+SWEEP = int(os.environ.get("JAXOPS_TORCH_SWEEP", "20"))
+TOL = {np.float32: dict(rtol=1.3e-6, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _arg(rng: np.random.Generator, values: list[int]) -> object:
+  if len(set(values)) == 1 and rng.random() < 0.5:
+    return values[0]
+  return tuple(values)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_max_pool_matches_torch(nd):
+  """SWEEP random configurations per rank (200 with JAXOPS_TORCH_SWEEP=200), compiled as one
+  program per check: float64 and float32 values, indices exactly, float64 gradients."""
+  rng = np.random.default_rng(400 + nd)
+  name = f"max_pool{nd}d"
+  cases = []
+  while len(cases) < SWEEP:
+    k = [int(v) for v in rng.integers(1, 4, nd)]
+    d = [int(v) for v in rng.integers(1, 3, nd)] if rng.random() < 0.4 else [1] * nd
+    s = [int(v) for v in rng.integers(1, 4, nd)]
+    p = [int(rng.integers(0, min(kv - 1, (dv * (kv - 1) + 1) // 2) + 1))
+         for kv, dv in zip(k, d)]
+    ext = [dv * (kv - 1) + 1 for kv, dv in zip(k, d)]
+    spatial = [int(rng.integers(max(1, e - 2 * pv), 8 if nd < 3 else 6))
+               for e, pv in zip(ext, p)]
+    batch = (int(rng.integers(1, 3)),) if rng.random() < 0.7 else ()
+    shape = batch + (int(rng.integers(1, 3)),) + tuple(spatial)
+    kw = dict(kernel_size=_arg(rng, k), padding=_arg(rng, p), dilation=_arg(rng, d),
+              ceil_mode=bool(rng.random() < 0.5), return_indices=True)
+    if rng.random() < 0.8:
+      kw["stride"] = _arg(rng, s)
+    try:
+      y, _ = getattr(TF, name)(torch.zeros(shape), **kw)
+    except RuntimeError:
+      continue  # an impossible configuration (checked in the error test)
+    if torch.isinf(y).any():
+      continue  # a window of padding only: docs/DEVIATIONS.md, jaxops.torch 4
+    cases.append((rng.standard_normal(shape), kw))
+  tf, jf = getattr(TF, name), getattr(F, name)
+  want = []
+  for x, kw in cases:
+    y32, i32 = tf(torch.tensor(x.astype(np.float32)), **kw)
+    xt = torch.tensor(x, requires_grad=True)
+    y, i = tf(xt, **kw)
+    g = rng.standard_normal(tuple(y.shape))
+    y.backward(torch.tensor(g))
+    want.append((y.detach().numpy(), i.numpy(), y32.numpy(), i32.numpy(), xt.grad.numpy(), g))
+
+  def fwd(vs):
+    return [jf(v, **kw) for v, (_, kw) in zip(vs, cases)]
+
+  def loss(vs):
+    return sum(jnp.sum(jf(v, **kw)[0] * w[5]) for v, (_, kw), w in zip(vs, cases, want))
+
+  out64 = jax.jit(fwd)([jnp.asarray(x) for x, _ in cases])
+  out32 = jax.jit(fwd)([jnp.asarray(x.astype(np.float32)) for x, _ in cases])
+  grads = jax.jit(jax.grad(loss))([jnp.asarray(x) for x, _ in cases])
+  for (x, kw), (y, i, y32, i32, gx, _), o64, o32, gr in zip(cases, want, out64, out32, grads):
+    msg = f"{name} {x.shape} {kw}"
+    np.testing.assert_allclose(o64[0], y, **TOL[np.float64], err_msg=msg)
+    np.testing.assert_array_equal(o64[1], i, err_msg=msg)
+    np.testing.assert_allclose(o32[0], y32, **TOL[np.float32], err_msg=msg)
+    np.testing.assert_array_equal(o32[1], i32, err_msg=msg)
+    np.testing.assert_allclose(gr, gx, **TOL[np.float64], err_msg="grad " + msg)
+
+
+def test_max_pool_without_indices_and_errors():
+  x = np.random.default_rng(9).standard_normal((2, 3, 7, 6))
+  want = TF.max_pool2d(torch.tensor(x), 3, 2, 1, 1, True).numpy()
+  np.testing.assert_allclose(F.max_pool2d(x, 3, 2, 1, 1, True), want, rtol=1e-12)
+  with pytest.raises(RuntimeError):
+    TF.max_pool2d(torch.tensor(x), 2, padding=2)
+  with pytest.raises(ValueError, match="jaxops.torch.max_pool2d: argument `padding`"):
+    F.max_pool2d(x, 2, padding=2)
+
+
+def test_window_of_padding_only_deviation_is_pinned():
+  """A dilated window can cover only padding (kernel 2, dilation 2, padding 1, length 1: taps
+  at -1 and 1). torch returns -inf with the out-of-range index 1; jaxops.torch raises.
+  docs/DEVIATIONS.md, jaxops.torch 4."""
+  y, i = TF.max_pool1d(torch.tensor([[[3.0]]]), 2, 1, 1, 2, return_indices=True)
+  assert y.item() == -np.inf and i.item() == 1
+  with pytest.raises(ValueError, match="covers no input element"):
+    F.max_pool1d(np.array([[[3.0]]]), 2, 1, 1, 2, return_indices=True)

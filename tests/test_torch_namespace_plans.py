@@ -1,0 +1,77 @@
+"""jaxops.torch.interpolate's static plans against torch 2.13 CPU: 200 random configurations per
+mode, float64 and float32, forward and backward maps.
+
+Oracle: torch.nn.functional.interpolate applied to one-hot inputs (its forward map) and
+torch.autograd with one-hot cotangents (its backward map). The end-to-end runs of the public
+function (values and jax.grad) are in tests/test_torch_namespace.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.test_torch_namespace import (TOL, _aa_backward_does_not_skip,
+                                        _nearest_backward_shortcut, _random_config,
+                                        _torch_interpolate)
+
+
+def _torch_maps(shape: tuple[int, ...], mode: str, kw: dict, dtype: type) -> tuple:
+  """torch's forward map (outputs x inputs, one plane) from one-hot inputs, and its backward map
+  from one-hot cotangents (row q: the gradient of output q), both outputs x inputs."""
+  spatial = shape[2:]
+  p = int(np.prod(spatial))
+  eye = torch.tensor(np.eye(p, dtype=dtype).reshape((p, 1) + spatial))
+  y = _torch_interpolate(eye, mode, kw)
+  q = int(np.prod(y.shape[2:]))
+  fwd = y.reshape(p, q).numpy().T
+  x = torch.zeros((q, 1) + spatial, dtype=eye.dtype, requires_grad=True)
+  y = _torch_interpolate(x, mode, kw)
+  y.backward(torch.tensor(np.eye(q, dtype=dtype).reshape(y.shape)))
+  bwd = x.grad.reshape(q, p).numpy()
+  return fwd, bwd, tuple(y.shape[2:])
+
+
+def _jaxops_map(shape: tuple[int, ...], dtype: type, mode: str, kw: dict) -> np.ndarray:
+  """The linear map jaxops.torch.interpolate applies to one plane: the Kronecker product of its
+  static per-axis tap tables (rounded to the compute dtype, as the kernel uses them)."""
+  from jaxops import torch as module
+  args = dict(size=None, scale_factor=None, align_corners=None, recompute_scale_factor=None,
+              antialias=False)
+  args.update(kw)
+  cfg = module._interp_config(shape, np.dtype(dtype), args["size"], args["scale_factor"], mode,
+                              args["align_corners"], args["recompute_scale_factor"],
+                              args["antialias"])
+  dense = np.ones((1, 1))
+  for (n_in, n_out, _), (idx, w) in zip(cfg.axes, module._interp_tables(cfg)):
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.repeat(np.arange(n_out), idx.shape[1]), idx.ravel()),
+              w.astype(dtype).astype(np.float64).ravel())
+    dense = np.kron(dense, m)
+  return dense
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear", "bilinear", "bicubic",
+                                  "trilinear", "area"])
+def test_interpolate_plans_match_torch(mode):
+  """200 random configurations per mode: the linear map jaxops applies (its static plan) equals
+  torch's forward map and torch's backward map (the gradient jaxops takes is the transpose
+  of the map it applies), in float64 (1e-12) and
+  float32 (torch's tolerance). Cheap enough for many configurations: no XLA compile; that the
+  device kernel applies exactly these maps is checked end to end below."""
+  rng = np.random.default_rng(sum(map(ord, mode)))
+  for _ in range(200):
+    shape, kw = _random_config(rng, mode)
+    for dt in (np.float64, np.float32):
+      fwd, bwd, out = _torch_maps(shape, mode, kw, dt)
+      mine = _jaxops_map(shape, dt, mode, kw)
+      msg = f"{mode} {shape} {kw} {dt.__name__}"
+      assert mine.shape == fwd.shape, msg
+      np.testing.assert_allclose(mine, fwd, **TOL[dt], err_msg=msg)
+      if mode == "nearest" and _nearest_backward_shortcut(shape, kw):
+        continue  # docs/DEVIATIONS.md, jaxops.torch 2
+      if _aa_backward_does_not_skip(shape, kw):
+        continue  # docs/DEVIATIONS.md, jaxops.torch 3
+      np.testing.assert_allclose(mine, bwd, **TOL[dt], err_msg="backward " + msg)

@@ -1,0 +1,218 @@
+"""jaxops.torch's pooling functions against torch 2.13 CPU itself: values, gradients, errors.
+
+Oracle: ``torch.nn.functional.avg_pool{1,2,3}d`` / ``adaptive_avg_pool{1,2,3}d`` and
+torch.autograd on the same data.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import jaxops.torch as F
+from tests.test_torch_namespace import batched_sweep
+
+# Configurations per compiled sweep: each costs an XLA compile, so the default keeps the file
+# within the suite's time budget; JAXOPS_TORCH_SWEEP=200 runs the full sweep.
+SWEEP = int(os.environ.get("JAXOPS_TORCH_SWEEP", "20"))
+TOL = {np.float32: dict(rtol=1.3e-6, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _check_all(name: str, cases: list[tuple[np.ndarray, tuple, dict]],
+               rng: np.random.Generator) -> None:
+  """Values in float64 and float32 and float64 gradients of ``name`` against torch, for many
+  configurations compiled as one program each (batched_sweep)."""
+  tf, jf = getattr(TF, name), getattr(F, name)
+  want64, want32, wantg, gs = [], [], [], []
+  for x, args, kw in cases:
+    want32.append(tf(torch.tensor(x.astype(np.float32)), *args, **kw).numpy())
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tf(xt, *args, **kw)
+    g = rng.standard_normal(tuple(yt.shape))
+    yt.backward(torch.tensor(g))
+    want64.append(yt.detach().numpy())
+    wantg.append(xt.grad.numpy())
+    gs.append(g)
+  calls = [lambda v, args=args, kw=kw: jf(v, *args, **kw) for _, args, kw in cases]
+  out64, out32, grads = batched_sweep(calls, [c[0] for c in cases], gs)
+  for i, (x, args, kw) in enumerate(cases):
+    msg = f"{name} {x.shape} {args} {kw}"
+    assert out64[i].dtype == np.float64 and out32[i].dtype == np.float32, msg
+    np.testing.assert_allclose(out64[i], want64[i], **TOL[np.float64], err_msg=msg)
+    np.testing.assert_allclose(out32[i], want32[i], **TOL[np.float32], err_msg=msg)
+    np.testing.assert_allclose(grads[i], wantg[i], **TOL[np.float64], err_msg="grad " + msg)
+
+
+def _spatial_arg(rng: np.random.Generator, values: list[int], nd: int) -> object:
+  """torch's int-or-tuple argument: an int when all equal (sometimes), else a tuple."""
+  if len(set(values)) == 1 and rng.random() < 0.5:
+    return values[0]
+  return tuple(values)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_avg_pool_matches_torch(nd):
+  """SWEEP random configurations per rank (200 with JAXOPS_TORCH_SWEEP=200): kernel, stride
+  (incl. None), padding up to half the kernel, ceil_mode, count_include_pad, divisor_override, unbatched inputs, 1-pixel axes."""
+  rng = np.random.default_rng(100 + nd)
+  name = f"avg_pool{nd}d"
+  cases = []
+  while len(cases) < SWEEP:
+    k = [int(v) for v in rng.integers(1, 5, nd)]
+    s = [int(v) for v in rng.integers(1, 4, nd)]
+    p = [int(rng.integers(0, kv // 2 + 1)) for kv in k]
+    # torch's 3-D pools need each unpadded axis at least the kernel; 1-D/2-D only the padded.
+    spatial = [int(rng.integers(kv if nd == 3 else max(1, kv - 2 * pv), 9 if nd < 3 else 7))
+               for kv, pv in zip(k, p)]
+    batch = (int(rng.integers(1, 3)),) if rng.random() < 0.7 else ()
+    shape = batch + (int(rng.integers(1, 3)),) + tuple(spatial)
+    kw = dict(kernel_size=_spatial_arg(rng, k, nd), padding=_spatial_arg(rng, p, nd),
+              ceil_mode=bool(rng.random() < 0.5), count_include_pad=bool(rng.random() < 0.5))
+    if rng.random() < 0.8:
+      kw["stride"] = _spatial_arg(rng, s, nd)
+    if nd > 1 and rng.random() < 0.25:
+      kw["divisor_override"] = int(rng.integers(1, 7))
+    # Positional parameters as torch orders them, for some configurations.
+    args: tuple = ()
+    if rng.random() < 0.3:
+      args = (kw.pop("kernel_size"),)
+    cases.append((rng.standard_normal(shape), args, kw))
+  _check_all(name, cases, rng)
+
+
+def _adaptive_case(rng: np.random.Generator, nd: int) -> tuple[tuple[int, ...], object]:
+  spatial = tuple(int(v) for v in rng.integers(1, 10 if nd < 3 else 7, nd))
+  batch = (int(rng.integers(1, 3)),) if rng.random() < 0.7 else ()
+  shape = batch + (int(rng.integers(1, 3)),) + spatial
+  out = [int(v) for v in rng.integers(1, 10 if nd < 3 else 7, nd)]
+  if nd > 1 and rng.random() < 0.2:
+    out[int(rng.integers(0, nd))] = None
+  size = out[0] if (len(set(out)) == 1 and out[0] is not None and rng.random() < 0.5) else (
+      tuple(out))
+  return shape, size
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_adaptive_avg_pool_plans_match_torch(nd):
+  """200 random configurations per rank (divisible and uneven windows, outputs larger than the
+  input, 1-pixel axes, None entries, unbatched inputs): the linear map of jaxops' static
+  averaging tables equals torch's forward map (one-hot inputs) and backward map (one-hot
+  cotangents), float64 and float32. No XLA compile; the kernel runs end to end below."""
+  from jaxops import torch as module
+  rng = np.random.default_rng(200 + nd)
+  name = f"adaptive_avg_pool{nd}d"
+  for _ in range(200):
+    shape, size = _adaptive_case(rng, nd)
+    spatial = shape[-nd:]
+    p = int(np.prod(spatial))
+    cfg = module._adaptive_config(name, nd, shape, size)
+    dense = np.ones((1, 1))
+    for (n_in, n_out), (idx, w) in zip(cfg.axes, module._adaptive_tables(cfg)):
+      m = np.zeros((n_out, n_in))
+      np.add.at(m, (np.repeat(np.arange(n_out), idx.shape[1]), idx.ravel()), w.ravel())
+      dense = np.kron(dense, m)
+    for dt in (np.float64, np.float32):
+      eye = torch.tensor(np.eye(p, dtype=dt).reshape((p, 1) + spatial))
+      y = getattr(TF, name)(eye, size)
+      q = int(np.prod(y.shape[2:]))
+      fwd = y.reshape(p, q).numpy().T
+      xt = torch.zeros((q, 1) + spatial, dtype=eye.dtype, requires_grad=True)
+      y = getattr(TF, name)(xt, size)
+      y.backward(torch.tensor(np.eye(q, dtype=dt).reshape(y.shape)))
+      msg = f"{name} {shape} {size} {dt.__name__}"
+      np.testing.assert_allclose(dense.astype(dt), fwd, **TOL[dt], err_msg=msg)
+      np.testing.assert_allclose(dense.astype(dt), xt.grad.reshape(q, p).numpy(), **TOL[dt],
+                                 err_msg="backward " + msg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_adaptive_avg_pool_matches_torch_end_to_end(nd):
+  """Random configurations through the public function under jit: values and jax.grad."""
+  rng = np.random.default_rng(300 + nd)
+  cases = []
+  for _ in range(6):
+    shape, size = _adaptive_case(rng, nd)
+    cases.append((rng.standard_normal(shape), (size,), {}))
+  _check_all(f"adaptive_avg_pool{nd}d", cases, rng)
+
+
+def test_adaptive_avg_pool2d_benchmark_shape_matches_torch():
+  x = np.random.default_rng(5).standard_normal((8, 512, 14, 14)).astype(np.float32)
+  want = TF.adaptive_avg_pool2d(torch.tensor(x), 7).numpy()
+  np.testing.assert_allclose(F.adaptive_avg_pool2d(x, 7), want, **TOL[np.float32])
+
+
+def test_area_is_adaptive_avg_pool():
+  x = np.random.default_rng(6).standard_normal((2, 3, 7, 5))
+  want = TF.interpolate(torch.tensor(x), size=(3, 4), mode="area").numpy()
+  np.testing.assert_allclose(F.interpolate(x, size=(3, 4), mode="area"), want, rtol=1e-12)
+  np.testing.assert_allclose(F.adaptive_avg_pool2d(x, (3, 4)), want, rtol=1e-12)
+
+
+def test_vmap_and_jit():
+  x = np.random.default_rng(8).standard_normal((3, 2, 4, 7, 6))
+  want = np.stack([TF.avg_pool2d(torch.tensor(v), 3, 2, 1, True, False, None).numpy()
+                   for v in x])
+  f = jax.jit(jax.vmap(lambda v: F.avg_pool2d(v, 3, 2, 1, True, False, None)))
+  np.testing.assert_allclose(f(x), want, rtol=1e-12, atol=1e-12)
+  want = np.stack([TF.adaptive_avg_pool2d(torch.tensor(v), (3, 4)).numpy() for v in x])
+  f = jax.jit(jax.vmap(lambda v: F.adaptive_avg_pool2d(v, (3, 4))))
+  np.testing.assert_allclose(f(x), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, args, kw, match", [
+    ("avg_pool2d", (0,), {}, "kernel_size"),
+    ("avg_pool2d", (2,), dict(stride=0), "stride"),
+    ("avg_pool2d", (2,), dict(padding=2), "padding"),
+    ("avg_pool2d", (2,), dict(divisor_override=0), "divisor_override"),
+    ("avg_pool2d", ((2, 2, 2),), {}, "kernel_size"),
+    ("avg_pool2d", (5,), {}, "too small"),
+    ("avg_pool1d", (2,), {}, "Expected 2D or 3D"),
+    ("adaptive_avg_pool2d", ((2, 2, 2),), {}, "output_size"),
+    ("avg_pool3d", (2,), {}, "smaller than kernel size"),
+    ("adaptive_avg_pool3d", (2,), {}, "Expected 4D or 5D"),
+])
+def test_impossible_arguments_raise_where_torch_raises(name, args, kw, match):
+  x = np.zeros((1, 1, 3, 3)) if name != "adaptive_avg_pool3d" else np.zeros((3, 3, 3))
+  if name == "avg_pool3d":
+    x = np.zeros((1, 1, 1, 3, 3))
+  if name == "avg_pool1d":
+    x = np.zeros((1, 1, 3, 3))
+  with pytest.raises((RuntimeError, ValueError, TypeError)):
+    getattr(TF, name)(torch.tensor(x), *args, **kw)
+  with pytest.raises((ValueError, TypeError), match=f"jaxops.torch.{name}: .*{match}"):
+    getattr(F, name)(x, *args, **kw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_lp_pool_matches_torch(nd):
+  """Random configurations per rank (norm_type 1, 2, 3 and fractional; ceil_mode; unbatched):
+  float64/float32 values and float64 gradients against torch. Inputs are positive, where every
+  norm_type has a real value (torch and jaxops both give NaN for fractional powers of negative
+  window sums)."""
+  rng = np.random.default_rng(500 + nd)
+  name = f"lp_pool{nd}d"
+  cases = []
+  while len(cases) < max(SWEEP // 4, 8):
+    k = [int(v) for v in rng.integers(1, 4, nd)]
+    spatial = tuple(int(rng.integers(kv, 7)) for kv in k)
+    batch = (int(rng.integers(1, 3)),) if rng.random() < 0.7 else ()
+    shape = batch + (int(rng.integers(1, 3)),) + spatial
+    p = float(rng.choice([1.0, 2.0, 3.0, 1.5]))
+    # torch's lp_pool1d multiplies by kernel_size itself, so it takes an int only.
+    args = (p, k[0] if nd == 1 else _spatial_arg(rng, k, nd))
+    kw = dict(ceil_mode=bool(rng.random() < 0.5))
+    if rng.random() < 0.7:
+      kw["stride"] = _spatial_arg(rng, [int(v) for v in rng.integers(1, 4, nd)], nd)
+    cases.append((rng.uniform(0.1, 2.0, shape), args, kw))
+  _check_all(name, cases, rng)
