@@ -69,6 +69,11 @@ def cases(tiny: bool) -> list[tuple[str, tuple[int, ...], Callable[..., Any], An
   small = (1, 2, 8, 8) if tiny else SMALL_SHAPE
   like = jnp.zeros((1,), jnp.bfloat16)
   value = np.array([7], np.int32)
+  rng = np.random.default_rng(0)
+  grid = rng.uniform(-1, 1, (small[0], small[2], small[3], 2)).astype(np.float32)
+  theta = np.tile(np.eye(2, 3, dtype=np.float32), (small[0], 1, 1))
+  rois = np.array([[0.5, 0.5, 5.5, 6.0], [1.0, 0.0, 7.0, 3.5]], np.float32)
+  batch = np.zeros(2, np.int32)
   return [
       ("global_average_pool", big, jaxops.global_average_pool,
        lambda t: t.mean((2, 3), keepdim=True)),
@@ -97,6 +102,14 @@ def cases(tiny: bool) -> list[tuple[str, tuple[int, ...], Callable[..., Any], An
        lambda t: F.lp_pool2d(t, 2.0, 3, stride=2)),
       ("global_lp_pool p2", big, jaxops.global_lp_pool,
        lambda t: t.square().sum((2, 3), keepdim=True).sqrt()),
+      ("grid_sample bilinear", small,
+       lambda x: jaxops.grid_sample(x, grid), lambda t: F.grid_sample(t, torch.from_numpy(grid),
+                                                                     align_corners=False)),
+      ("affine_grid 2-D", small, lambda x: jaxops.affine_grid(theta, x.shape),
+       lambda t: F.affine_grid(torch.from_numpy(theta), list(t.shape), align_corners=False)),
+      ("roi_align 2x2", small,
+       lambda x: jaxops.roi_align(x, rois, batch, output_height=2, output_width=2,
+                                  sampling_ratio=2), None),
       ("cast float32->bfloat16", small, lambda x: jaxops.cast(x, "BFLOAT16"),
        lambda t: t.to(torch.bfloat16)),
       ("cast_like float32->bfloat16", small, lambda x: jaxops.cast_like(x, like),

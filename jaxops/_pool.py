@@ -204,14 +204,14 @@ def _taps_sum(x: jax.Array, axis: int, a: WindowAxis) -> jax.Array:
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def _tiled_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+def _tiled_sum(x: jax.Array, axis: int, a: WindowAxis) -> jax.Array:
   """Sums of the non-overlapping windows along ``axis``: the slices as the value (fastest
   forward), and the reshape-sum of ``_blocks_sum`` as the derivative."""
   return _slices_sum(x, axis, a)
 
 
 @_tiled_sum.defjvp
-def _tiled_sum_jvp(axis: int, a: _Axis, primals: tuple[jax.Array],
+def _tiled_sum_jvp(axis: int, a: WindowAxis, primals: tuple[jax.Array],
                    tangents: tuple[jax.Array]) -> tuple[jax.Array, jax.Array]:
   # The tangent map is linear, and reverse mode transposes it: a reshape-sum transposes into a
   # broadcast of each window's cotangent to its s inputs and a pad or cut, which XLA fuses with
@@ -221,7 +221,7 @@ def _tiled_sum_jvp(axis: int, a: _Axis, primals: tuple[jax.Array],
   return _tiled_sum(x, axis, a), _blocks_sum(t, axis, a)
 
 
-def _blocks_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+def _blocks_sum(x: jax.Array, axis: int, a: WindowAxis) -> jax.Array:
   """Sums of the tiling windows along ``axis``: pad (or cut) to ``out * s``, view as (out, s),
   sum the s."""
   x = _pad_axis(x, axis, a.lo, a.hi)
@@ -229,7 +229,7 @@ def _blocks_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
   return jnp.sum(x, axis=axis + 1)
 
 
-def _slices_sum(x: jax.Array, axis: int, a: _Axis) -> jax.Array:
+def _slices_sum(x: jax.Array, axis: int, a: WindowAxis) -> jax.Array:
   """``_taps_sum``'s shifted slices, for any window plan."""
   s = a.s
   rows = x.shape[axis] // s

@@ -300,7 +300,7 @@ def _resized_axes(x: jax.Array, axes: Any) -> tuple[int, ...]:
 
 
 def _roi(roi: Any, coord: CoordinateTransformationMode,
-         n: int) -> tuple[np.ndarray | None, jax.Array | None]:
+         n: int) -> tuple[Any, Any]:
   """Step 4: (static roi, traced roi), at most one of them; both None unless tf_crop_and_resize.
 
   A missing roi is the full box, as onnx.reference and onnxruntime read it.

@@ -146,9 +146,12 @@ def _worker(names: list[str]) -> None:
       diff = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64)), initial=0.0))
       # XLA may sum a reduction in a different order on a smaller per-device shape; allow that
       # rounding (a few ulps of the largest value) for float32/float64 results only.
+      # A bicubic sample is a sum of 16 products whose weights exceed 1 in magnitude; XLA fuses
+      # it differently per shard shape, so its rounding budget is that of 16 terms of the input.
       tol = 0.0
       if same and got.dtype in (np.float32, np.float64):
-        tol = 8 * float(np.finfo(got.dtype).eps) * max(1.0, float(np.max(np.abs(ref))))
+        ulps = 16 * 8 if "cubic" in name else 8
+        tol = ulps * float(np.finfo(got.dtype).eps) * max(1.0, float(np.max(np.abs(ref))))
       report["cases"][f"{name}/{layout}"] = {
           "equal": bool(bitwise or (same and diff <= tol)),
           "bitwise": bitwise,

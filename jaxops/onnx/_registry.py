@@ -176,13 +176,13 @@ def check_signature(node: Any, adapter: Adapter) -> None:
     if spec.required and name not in given:
       raise ValueError(f"{label}: needs the attribute `{name}`")
   for a in node.attribute:
-    spec = schema.attributes.get(a.name)
-    if spec is None:
+    found = schema.attributes.get(a.name)
+    if found is None:
       raise ValueError(f"{label}: has no attribute `{a.name}`; it takes "
                        f"{', '.join(sorted(schema.attributes)) or 'none'}")
-    if a.type != spec.type:
+    if a.type != found.type:
       got = onnx.AttributeProto.AttributeType.Name(a.type)
-      want = onnx.AttributeProto.AttributeType.Name(spec.type)
+      want = onnx.AttributeProto.AttributeType.Name(found.type)
       raise TypeError(f"{label}: attribute `{a.name}` must be of type {want}; got {got} "
                       f"{_attr_repr(a)}")
 
