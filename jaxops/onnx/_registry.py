@@ -25,7 +25,11 @@ import onnx
 import onnx.defs
 import onnx.helper
 
-from jaxops import _dtypes
+from jaxops import _cast, _constant, _dtypes, _roi_align
+from jaxops._grid_sample import affine_grid, grid_sample
+from jaxops._lp_pool import _global_lp_pool_any_p, _lp_pool_any_p, _p_value
+from jaxops._max_pool import global_max_pool, max_pool, max_unpool
+from jaxops._pool import average_pool, global_average_pool
 from jaxops._resize import resize_impl
 
 Adapt = Callable[[list[Any], dict[str, Any]], list[Any]]
@@ -271,11 +275,6 @@ def _listing() -> str:
   return "; ".join(f"{op} {vs}" for op, vs in supported().items())
 
 
-def attr(attrs: dict[str, Any], name: str, default: Any) -> Any:
-  """``attrs[name]`` or ``default``."""
-  return attrs.get(name, default)
-
-
 def ints(value: Any) -> tuple[int, ...] | None:
   """A static integer input/attribute as a tuple, None when omitted."""
   return None if value is None else tuple(int(v) for v in np.asarray(value).reshape(-1))
@@ -312,22 +311,20 @@ def _check_type(op_type: str, since: int, param: str, what: str, name: str) -> N
 
 def _cast_kwargs(since: int, attrs: dict[str, Any]) -> dict[str, Any]:
   """saturate (Cast-19+), round_mode (Cast-24+) and the Cast-19..23 FNUZ switch."""
-  return {"saturate": attr(attrs, "saturate", 1) if since >= 19 else True,
-          "round_mode": attr(attrs, "round_mode", "up") if since >= 24 else "up",
+  return {"saturate": attrs.get("saturate", 1) if since >= 19 else True,
+          "round_mode": attrs.get("round_mode", "up") if since >= 24 else "up",
           "fnuz_inf_to_nan": 19 <= since <= 23}
 
 
 def _casts_to_string(attrs: dict[str, Any]) -> bool:
-  to = attr(attrs, "to", None)
+  to = attrs.get("to", None)
   return to == 8 or (isinstance(to, str) and to.upper() == "STRING")
 
 
 def _make_cast(since: int) -> Adapt:
   def cast_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops import _cast
-
     x = inputs[0]
-    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", attr(attrs, "to", None))
+    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {since}", "to", attrs.get("to", None))
     _check_type("Cast", since, "T2", "`to`", target.name)
     return [_cast.cast_internal(inputs[0], target.enum, **_cast_kwargs(since, attrs))]
 
@@ -336,8 +333,6 @@ def _make_cast(since: int) -> Adapt:
 
 def _make_cast_like(since: int) -> Adapt:
   def cast_like_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops import _cast
-
     x, like = inputs[0], inputs[1]
     return [_cast.cast_like_internal(x, like, **_cast_kwargs(since, attrs))]
 
@@ -357,9 +352,7 @@ for _v in (15, 19, 21, 23, 24, 25):
 
 def _make_constant_of_shape(since: int) -> Adapt:
   def constant_of_shape_adapter(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops import _constant
-
-    value = attr(attrs, "value", None)
+    value = attrs.get("value", None)
     if value is not None:
       if not isinstance(value, np.ndarray):
         raise TypeError(f"jaxops.onnx: ConstantOfShape version {since}: attribute `value` must "
@@ -484,8 +477,6 @@ def _average_pool(version: int) -> Adapt:
   allowed = _POOL_ATTRS[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._pool import average_pool
-
     unknown = sorted(set(attrs) - set(allowed))
     if unknown:
       raise ValueError(f"jaxops.onnx: AveragePool-{version} has no attribute(s) {unknown}; it "
@@ -495,9 +486,9 @@ def _average_pool(version: int) -> Adapt:
     return [average_pool(
         inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
         pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
-        auto_pad=attr(attrs, "auto_pad", "NOTSET"),
-        ceil_mode=bool(attr(attrs, "ceil_mode", 0)),
-        count_include_pad=bool(attr(attrs, "count_include_pad", 0)))]
+        auto_pad=attrs.get("auto_pad", "NOTSET"),
+        ceil_mode=bool(attrs.get("ceil_mode", 0)),
+        count_include_pad=bool(attrs.get("count_include_pad", 0)))]
 
   return adapt
 
@@ -508,8 +499,6 @@ for _v in (1, 7, 10, 11, 19, 22):
 
 def _global_average_pool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._pool import global_average_pool
-
     return [global_average_pool(inputs[0])]
 
   return adapt
@@ -566,8 +555,6 @@ def _max_pool(version: int) -> Adapt:
   allowed = _MAX_POOL_ATTRS[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._max_pool import max_pool
-
     _pool_node_checks("MaxPool", version, allowed, inputs[0], attrs)
     kernel = ints(attrs["kernel_shape"]) or ()
     if version < 8:
@@ -588,8 +575,6 @@ def _max_unpool(version: int) -> Adapt:
   allowed = ("kernel_shape", "pads", "strides")
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._max_pool import max_unpool
-
     inputs = list(inputs) + [None] * (3 - len(inputs))
     x, indices, output_shape = inputs[:3]
     _pool_node_checks("MaxUnpool", version, allowed, x, attrs)
@@ -608,8 +593,6 @@ for _v in (9, 11, 22):
 
 def _global_max_pool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._max_pool import global_max_pool
-
     _pool_node_checks("GlobalMaxPool", version, (), inputs[0], attrs, kernel=False)
     return [global_max_pool(inputs[0])]
 
@@ -621,8 +604,6 @@ for _v in (1, 22):
 
 
 def _lp_p(op: str, version: int, attrs: dict[str, Any]) -> float:
-  from jaxops._lp_pool import _p_value
-
   where = f"jaxops.onnx: {op}-{version}"
   return _p_value(where, attrs.get("p", 2), integer=version >= 2)
 
@@ -631,8 +612,6 @@ def _lp_pool(version: int) -> Adapt:
   allowed = _LP_POOL_ATTRS[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._lp_pool import _lp_pool_any_p
-
     _pool_node_checks("LpPool", version, allowed, inputs[0], attrs)
     return [_lp_pool_any_p(inputs[0], ints(attrs["kernel_shape"]) or (),
                            _lp_p("LpPool", version, attrs), **_window_kwargs(attrs))]
@@ -646,8 +625,6 @@ for _v in (1, 2, 11, 18, 22):
 
 def _global_lp_pool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._lp_pool import _global_lp_pool_any_p
-
     _pool_node_checks("GlobalLpPool", version, ("p",), inputs[0], attrs, kernel=False)
     return [_global_lp_pool_any_p(inputs[0], _lp_p("GlobalLpPool", version, attrs))]
 
@@ -688,8 +665,6 @@ def _grid_sample(version: int) -> Adapt:
   modes = _GRID_SAMPLE_MODES[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops._grid_sample import grid_sample
-
     _unknown_attrs("GridSample", version, attrs, ("align_corners", "mode", "padding_mode"))
     x, grid = inputs[0], inputs[1]
     mode = _str_attr(attrs, "mode", "bilinear" if version == 16 else "linear")
@@ -706,7 +681,7 @@ def _grid_sample(version: int) -> Adapt:
     _check_type("GridSample", version, "T2", "grid", _type_name(grid))
     return [grid_sample(x, grid, mode=modes[mode],
                         padding_mode=_str_attr(attrs, "padding_mode", "zeros"),
-                        align_corners=bool(attr(attrs, "align_corners", 0)))]
+                        align_corners=bool(attrs.get("align_corners", 0)))]
 
   return adapt
 
@@ -717,23 +692,19 @@ for _v in (16, 20, 22):
 
 @register("AffineGrid", 20, static_inputs=(1,))
 def _affine_grid_20(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-  from jaxops._grid_sample import affine_grid
-
   _unknown_attrs("AffineGrid", 20, attrs, ("align_corners",))
   _check_type("AffineGrid", 20, "T1", "theta", _type_name(inputs[0]))
   return [affine_grid(inputs[0], np.asarray(inputs[1]).reshape(-1),
-                      align_corners=bool(attr(attrs, "align_corners", 0)))]
+                      align_corners=bool(attrs.get("align_corners", 0)))]
 
 
 _ROI_ALIGN_ATTRS = ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale")
 
 
-def _roi_align(version: int) -> Adapt:
+def _roi_align_adapter(version: int) -> Adapt:
   allowed = _ROI_ALIGN_ATTRS + (("coordinate_transformation_mode",) if version >= 16 else ())
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    from jaxops import _roi_align
-
     if version < 16 and "coordinate_transformation_mode" in attrs:
       raise ValueError("jaxops.onnx: RoiAlign-10 has no attribute coordinate_transformation_mode "
                        "(RoiAlign-16 added it); version 10 behaves as output_half_pixel")
@@ -745,13 +716,13 @@ def _roi_align(version: int) -> Adapt:
     ctm = (_str_attr(attrs, "coordinate_transformation_mode", "half_pixel") if version >= 16
            else "output_half_pixel")
     mode = _str_attr(attrs, "mode", "avg")
-    cfg = _roi_align._config(mode, attr(attrs, "output_height", 1),
-                             attr(attrs, "output_width", 1), attr(attrs, "sampling_ratio", 0),
-                             attr(attrs, "spatial_scale", 1.0), ctm, None, mode == "max")
+    cfg = _roi_align._config(mode, attrs.get("output_height", 1),
+                             attrs.get("output_width", 1), attrs.get("sampling_ratio", 0),
+                             attrs.get("spatial_scale", 1.0), ctm, None, mode == "max")
     return [_roi_align._roi_align_checked(x, rois, batch_indices, cfg)]
 
   return adapt
 
 
 for _v in (10, 16, 22):
-  register("RoiAlign", _v)(_roi_align(_v))
+  register("RoiAlign", _v)(_roi_align_adapter(_v))
