@@ -143,6 +143,15 @@ def floating_input(op: str, x: Any, allowed: Sequence[np.dtype]) -> jax.Array:
   return x
 
 
+def global_pool_input(op: str, x: Any, allowed: Sequence[np.dtype]) -> jax.Array:
+  """The input of a global pool: ``floating_input`` with at least the (N, C) axes."""
+  x = floating_input(op, x, allowed)
+  if x.ndim < 2:
+    raise ValueError(f"{op}: argument `x` must have at least 2 axes (N, C, spatial...); got "
+                     f"shape {tuple(x.shape)}")
+  return x
+
+
 # --- caching configurations of repeated eager calls ---------------------------------------------
 
 # Scalar types whose values stand in a cache key as they are: hashable, compared by value, never

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxops._checks import (ConfigCache, cache_key, compute_dtype, floating_input, is_traced,
-                            static_bool, type_error, value_error)
+from jaxops._checks import (ConfigCache, cache_key, compute_dtype, floating_input,
+                            global_pool_input, is_traced, static_bool, type_error, value_error)
 from jaxops._pool import window_sums
 from jaxops._window import WindowAxis, window_plan
 
@@ -179,10 +179,7 @@ def global_lp_pool(x: jax.typing.ArrayLike, *, p: int = 2) -> jax.Array:
 
 
 def _global_lp_pool_any_p(x: Any, p: float, op: str = "jaxops.global_lp_pool") -> jax.Array:
-  x = floating_input(op, x, _DTYPES)
-  if x.ndim < 2:
-    raise ValueError(f"{op}: argument `x` must have at least 2 axes (N, C, spatial...); got "
-                     f"shape {tuple(x.shape)}")
+  x = global_pool_input(op, x, _DTYPES)
   return _global_lp_pool(x, p)
 
 

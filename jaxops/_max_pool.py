@@ -36,7 +36,7 @@ import numpy as np
 from jax import lax
 
 from jaxops._checks import (ConfigCache, as_array, cache_key, concrete, floating_input,
-                            int_tuple, static_bool, value_error)
+                            global_pool_input, int_tuple, static_bool, value_error)
 from jaxops._window import WindowAxis, window_plan
 
 _FLOATS = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
@@ -377,10 +377,7 @@ def global_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
             [[7.]]]], dtype=float32)
   """
   op = "jaxops.global_max_pool"
-  x = floating_input(op, x, _FLOATS)
-  if x.ndim < 2:
-    raise ValueError(f"{op}: argument `x` must have at least 2 axes (N, C, spatial...); got "
-                     f"shape {tuple(x.shape)}")
+  x = global_pool_input(op, x, _FLOATS)
   return _global_max_pool(x)
 
 

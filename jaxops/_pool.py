@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxops._checks import ConfigCache, cache_key, floating_input
+from jaxops._checks import ConfigCache, cache_key, floating_input, global_pool_input
 from jaxops._window import WindowAxis, window_plan
 
 _DTYPES = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
@@ -294,10 +294,7 @@ def global_average_pool(x: jax.typing.ArrayLike) -> jax.Array:
             [[5.5]]]], dtype=float32)
   """
   op = "jaxops.global_average_pool"
-  x = floating_input(op, x, _DTYPES)
-  if x.ndim < 2:
-    raise ValueError(f"{op}: argument `x` must have at least 2 axes (N, C, spatial...); got "
-                     f"shape {tuple(x.shape)}")
+  x = global_pool_input(op, x, _DTYPES)
   return _global_average_pool(x)
 
 
