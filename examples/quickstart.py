@@ -9,6 +9,9 @@ This script runs every operator jaxops has on it and writes a labelled grid to
   (linear, cubic); 4x up of the centre in every mode; a ``tf_crop_and_resize`` crop.
 * ``jaxops.average_pool``: a 4x4 box downsample and a 5x5 "same" blur (``count_include_pad``
   off, so the border is not darkened); ``jaxops.global_average_pool``: the mean.
+* ``jaxops.max_pool`` (with Indices), ``jaxops.lp_pool``, ``jaxops.max_unpool``,
+  ``jaxops.global_max_pool``; ``jaxops.affine_grid`` + ``jaxops.grid_sample`` (a rotation) and
+  ``jaxops.roi_align`` (a box).
 * ``jaxops.cast``: to float16, bfloat16, float8 (E4M3FN, E5M2), int4 and uint8 and back,
   showing what each format keeps; ``jaxops.constant_of_shape``: a constant tile.
 
@@ -74,6 +77,27 @@ def run_all(size: int = 256) -> list[tuple[str, np.ndarray, str]]:
   show("average_pool 5x5 blur", y)
   g = jaxops.global_average_pool(x)
   show("global_average_pool", jnp.broadcast_to(g, (1, 1, 8, 8)), f"mean = {float(g[0, 0, 0, 0]):.4f}")
+
+  # max_pool / lp_pool: a 4x4 max downsample (with ONNX's flat argmax Indices), a 4x4 L2 pool
+  # (divided by 4, the L2 norm of a window of ones), max_unpool back to full size (the maxima at
+  # their Indices, zeros elsewhere), and the global max.
+  m, idx = jaxops.max_pool(x, (4, 4), strides=(4, 4), return_indices=True)
+  show("max_pool 4x4 /4", m)
+  show("lp_pool p=2 4x4 /4", jaxops.lp_pool(x, (4, 4), p=2, strides=(4, 4)) / 4)
+  show("max_unpool 4x4", jaxops.max_unpool(m, idx, (4, 4), strides=(4, 4)))
+  gm = jaxops.global_max_pool(x)
+  show("global_max_pool", jnp.broadcast_to(gm, (1, 1, 8, 8)), f"max = {float(gm[0, 0, 0, 0]):.4f}")
+
+  # affine_grid + grid_sample: rotate by 30 degrees about the centre (cubic, border padding);
+  # roi_align: the 7x7 average of a box around the centre, enlarged for display.
+  a = np.deg2rad(30.0)
+  theta = jnp.asarray([[[np.cos(a), -np.sin(a), 0.0], [np.sin(a), np.cos(a), 0.0]]], jnp.float32)
+  grid = jaxops.affine_grid(theta, x.shape)
+  show("grid_sample rotate 30", jaxops.grid_sample(x, grid, mode="cubic", padding_mode="border"))
+  box = np.array([[0.4 * size, 0.4 * size, 0.6 * size, 0.6 * size]], np.float32)
+  r = jaxops.roi_align(x, box, np.zeros(1, np.int32), output_height=7, output_width=7,
+                       sampling_ratio=2)
+  show("roi_align 7x7 (centre box)", jaxops.resize(r, sizes=(64, 64), axes=(2, 3)), "7x7 float32")
 
   # cast: quantise the smooth (cubic) enlargement and come back to float32 to show what each
   # format keeps; the coarse ones band.

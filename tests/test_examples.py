@@ -52,7 +52,9 @@ def test_quickstart_runs_every_op_and_writes_png(tmp_path):
   _assert_png(tmp_path / "quickstart.png")
   for what in ("resize nearest", "resize linear", "resize cubic", "+antialias",
                "tf_crop_and_resize", "average_pool", "global_average_pool", "FLOAT16",
-               "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E5M2", "INT4", "UINT8", "constant_of_shape"):
+               "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E5M2", "INT4", "UINT8", "constant_of_shape",
+               "max_pool", "lp_pool", "max_unpool", "global_max_pool", "grid_sample",
+               "roi_align"):
     assert what in out, f"quickstart output does not mention {what!r}:\n{out}"
 
 
