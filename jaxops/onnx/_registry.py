@@ -461,28 +461,14 @@ for _v in (11, 13, 18, 19):
 
 # --- AveragePool / GlobalAveragePool ------------------------------------------------------------
 # Version differences are attribute sets: count_include_pad from 7, ceil_mode from 10,
-# dilations from 19; and input types: bfloat16 from 22 (AveragePool and GlobalAveragePool), read
-# from onnx's schema as for Cast. Every version's auto_pad output lengths equal the newest
+# dilations from 19; and input types: bfloat16 from 22 (AveragePool and GlobalAveragePool); both
+# are read from onnx's schema by the shared node check. Every version's auto_pad output lengths equal the newest
 # formulas (see docs/DEVIATIONS.md, AveragePool, for AveragePool-11's text).
 
-_POOL_ATTRS = {1: ("auto_pad", "kernel_shape", "pads", "strides"),
-               7: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad"),
-               10: ("auto_pad", "kernel_shape", "pads", "strides", "count_include_pad",
-                    "ceil_mode")}
-_POOL_ATTRS[11] = _POOL_ATTRS[10]
-_POOL_ATTRS[19] = _POOL_ATTRS[22] = _POOL_ATTRS[10] + ("dilations",)
-
-
 def _average_pool(version: int) -> Adapt:
-  allowed = _POOL_ATTRS[version]
-
+  # The attribute set of each version, the required kernel_shape, the input type and rank are
+  # checked by check_signature / check_node against the version's schema.
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    unknown = sorted(set(attrs) - set(allowed))
-    if unknown:
-      raise ValueError(f"jaxops.onnx: AveragePool-{version} has no attribute(s) {unknown}; it "
-                       f"takes {sorted(allowed)}")
-    if "kernel_shape" not in attrs:
-      raise ValueError(f"jaxops.onnx: AveragePool-{version} requires attribute kernel_shape")
     return [average_pool(
         inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
         pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
@@ -512,38 +498,7 @@ for _v in (1, 22):
 # Attribute sets per version: MaxPool-8 adds storage_order and the Indices output, MaxPool-10
 # ceil_mode and dilations; LpPool-18 ceil_mode and dilations, LpPool-1's `p` (and GlobalLpPool-1's)
 # is a float, an integer from version 2. Input types (int8/uint8 MaxPool from 12, bfloat16 from
-# 22) are read from onnx's schema. ONNX requires rank len(kernel_shape) + 2.
-
-_MAX_POOL_ATTRS: dict[int, tuple[str, ...]] = {
-    1: ("auto_pad", "kernel_shape", "pads", "strides"),
-    8: ("auto_pad", "kernel_shape", "pads", "strides", "storage_order")}
-_MAX_POOL_ATTRS[10] = _MAX_POOL_ATTRS[11] = _MAX_POOL_ATTRS[12] = _MAX_POOL_ATTRS[22] = (
-    _MAX_POOL_ATTRS[8] + ("ceil_mode", "dilations"))
-_LP_POOL_ATTRS: dict[int, tuple[str, ...]] = {
-    1: ("auto_pad", "kernel_shape", "p", "pads", "strides")}
-_LP_POOL_ATTRS[2] = _LP_POOL_ATTRS[11] = _LP_POOL_ATTRS[1]
-_LP_POOL_ATTRS[18] = _LP_POOL_ATTRS[22] = _LP_POOL_ATTRS[1] + ("ceil_mode", "dilations")
-
-
-def _pool_node_checks(op: str, version: int, allowed: Sequence[str], x: Any,
-                      attrs: dict[str, Any], kernel: bool = True) -> None:
-  """The attribute set of this version, the required kernel_shape, the input type and rank."""
-  unknown = sorted(set(attrs) - set(allowed))
-  if unknown:
-    raise ValueError(f"jaxops.onnx: {op}-{version} has no attribute(s) {unknown}; it takes "
-                     f"{sorted(allowed)}")
-  _check_type(op, version, "T" if op != "MaxUnpool" else "T1", "input", _type_name(x))
-  if kernel:
-    if "kernel_shape" not in attrs:
-      raise ValueError(f"jaxops.onnx: {op}-{version} requires attribute kernel_shape")
-    rank = len(attrs["kernel_shape"]) + 2
-    if x.ndim != rank:
-      raise ValueError(f"jaxops.onnx: {op}-{version} input X must have rank len(kernel_shape) "
-                       f"+ 2 = {rank}; got shape {tuple(x.shape)}")
-  elif x.ndim < 2:
-    raise ValueError(f"jaxops.onnx: {op}-{version} input X must have rank >= 2; got shape "
-                     f"{tuple(x.shape)}")
-
+# 22), attribute sets and the rank len(kernel_shape) + 2 are checked by the shared node check.
 
 def _window_kwargs(attrs: dict[str, Any]) -> dict[str, Any]:
   return dict(strides=ints(attrs.get("strides")), pads=ints(attrs.get("pads")),
@@ -552,10 +507,8 @@ def _window_kwargs(attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _max_pool(version: int) -> Adapt:
-  allowed = _MAX_POOL_ATTRS[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    _pool_node_checks("MaxPool", version, allowed, inputs[0], attrs)
     kernel = ints(attrs["kernel_shape"]) or ()
     if version < 8:
       return [max_pool(inputs[0], kernel, **_window_kwargs(attrs))]
@@ -568,17 +521,13 @@ def _max_pool(version: int) -> Adapt:
 
 
 for _v in (1, 8, 10, 11, 12, 22):
-  register("MaxPool", _v)(_max_pool(_v))
+  register("MaxPool", _v, rank=pool_rank)(_max_pool(_v))
 
 
 def _max_unpool(version: int) -> Adapt:
-  allowed = ("kernel_shape", "pads", "strides")
-
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     inputs = list(inputs) + [None] * (3 - len(inputs))
     x, indices, output_shape = inputs[:3]
-    _pool_node_checks("MaxUnpool", version, allowed, x, attrs)
-    _check_type("MaxUnpool", version, "T2", "input I", _type_name(indices))
     output_shape = _optional(output_shape)
     return [max_unpool(x, indices, ints(attrs["kernel_shape"]) or (),
                        strides=ints(attrs.get("strides")), pads=ints(attrs.get("pads")),
@@ -588,19 +537,18 @@ def _max_unpool(version: int) -> Adapt:
 
 
 for _v in (9, 11, 22):
-  register("MaxUnpool", _v, static_inputs=(2,))(_max_unpool(_v))
+  register("MaxUnpool", _v, static_inputs=(2,), rank=pool_rank)(_max_unpool(_v))
 
 
 def _global_max_pool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    _pool_node_checks("GlobalMaxPool", version, (), inputs[0], attrs, kernel=False)
     return [global_max_pool(inputs[0])]
 
   return adapt
 
 
 for _v in (1, 22):
-  register("GlobalMaxPool", _v)(_global_max_pool(_v))
+  register("GlobalMaxPool", _v, rank=min_rank(2))(_global_max_pool(_v))
 
 
 def _lp_p(op: str, version: int, attrs: dict[str, Any]) -> float:
@@ -609,10 +557,8 @@ def _lp_p(op: str, version: int, attrs: dict[str, Any]) -> float:
 
 
 def _lp_pool(version: int) -> Adapt:
-  allowed = _LP_POOL_ATTRS[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    _pool_node_checks("LpPool", version, allowed, inputs[0], attrs)
     return [_lp_pool_any_p(inputs[0], ints(attrs["kernel_shape"]) or (),
                            _lp_p("LpPool", version, attrs), **_window_kwargs(attrs))]
 
@@ -620,19 +566,18 @@ def _lp_pool(version: int) -> Adapt:
 
 
 for _v in (1, 2, 11, 18, 22):
-  register("LpPool", _v)(_lp_pool(_v))
+  register("LpPool", _v, rank=pool_rank)(_lp_pool(_v))
 
 
 def _global_lp_pool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    _pool_node_checks("GlobalLpPool", version, ("p",), inputs[0], attrs, kernel=False)
     return [_global_lp_pool_any_p(inputs[0], _lp_p("GlobalLpPool", version, attrs))]
 
   return adapt
 
 
 for _v in (1, 2, 22):
-  register("GlobalLpPool", _v)(_global_lp_pool(_v))
+  register("GlobalLpPool", _v, rank=min_rank(2))(_global_lp_pool(_v))
 
 
 # --- GridSample / AffineGrid / RoiAlign ---------------------------------------------------------
@@ -654,18 +599,10 @@ def _str_attr(attrs: dict[str, Any], name: str, default: str) -> str:
   return value.decode() if isinstance(value, bytes) else value
 
 
-def _unknown_attrs(op: str, version: int, attrs: dict[str, Any], allowed: Sequence[str]) -> None:
-  unknown = sorted(set(attrs) - set(allowed))
-  if unknown:
-    raise ValueError(f"jaxops.onnx: {op}-{version} has no attribute(s) {unknown}; it takes "
-                     f"{sorted(allowed)}")
-
-
 def _grid_sample(version: int) -> Adapt:
   modes = _GRID_SAMPLE_MODES[version]
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-    _unknown_attrs("GridSample", version, attrs, ("align_corners", "mode", "padding_mode"))
     x, grid = inputs[0], inputs[1]
     mode = _str_attr(attrs, "mode", "bilinear" if version == 16 else "linear")
     if mode not in modes:
@@ -677,8 +614,6 @@ def _grid_sample(version: int) -> Adapt:
     if version == 16 and np.ndim(x) != 4:
       raise ValueError(f"jaxops.onnx: GridSample-16 takes 4-D X (N, C, H, W) only; got rank "
                        f"{np.ndim(x)} (GridSample-20+ takes any rank)")
-    _check_type("GridSample", version, "T1", "X", _type_name(x))
-    _check_type("GridSample", version, "T2", "grid", _type_name(grid))
     return [grid_sample(x, grid, mode=modes[mode],
                         padding_mode=_str_attr(attrs, "padding_mode", "zeros"),
                         align_corners=bool(attrs.get("align_corners", 0)))]
@@ -692,27 +627,16 @@ for _v in (16, 20, 22):
 
 @register("AffineGrid", 20, static_inputs=(1,))
 def _affine_grid_20(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
-  _unknown_attrs("AffineGrid", 20, attrs, ("align_corners",))
-  _check_type("AffineGrid", 20, "T1", "theta", _type_name(inputs[0]))
   return [affine_grid(inputs[0], np.asarray(inputs[1]).reshape(-1),
                       align_corners=bool(attrs.get("align_corners", 0)))]
 
 
-_ROI_ALIGN_ATTRS = ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale")
-
-
 def _roi_align_adapter(version: int) -> Adapt:
-  allowed = _ROI_ALIGN_ATTRS + (("coordinate_transformation_mode",) if version >= 16 else ())
-
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     if version < 16 and "coordinate_transformation_mode" in attrs:
       raise ValueError("jaxops.onnx: RoiAlign-10 has no attribute coordinate_transformation_mode "
                        "(RoiAlign-16 added it); version 10 behaves as output_half_pixel")
-    _unknown_attrs("RoiAlign", version, attrs, allowed)
     x, rois, batch_indices = inputs[:3]
-    _check_type("RoiAlign", version, "T1", "X", _type_name(x))
-    _check_type("RoiAlign", version, "T1", "rois", _type_name(rois))
-    _check_type("RoiAlign", version, "T2", "batch_indices", _type_name(batch_indices))
     ctm = (_str_attr(attrs, "coordinate_transformation_mode", "half_pixel") if version >= 16
            else "output_half_pixel")
     mode = _str_attr(attrs, "mode", "avg")
