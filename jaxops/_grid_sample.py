@@ -24,6 +24,7 @@ from jax.typing import ArrayLike
 
 from jaxops import _checks
 from jaxops import _interp
+from jaxops._interp import Mode
 
 _OP = "jaxops.grid_sample"
 _OP_AFFINE = "jaxops.affine_grid"
@@ -34,14 +35,6 @@ _EXACT = tuple(np.dtype(d) for d in (np.bool_, np.int8, np.int16, np.int32, np.i
 # A zeros-padded coordinate this far outside the input reads no pixel with any kernel; clipping
 # to it keeps infinities out of the tap arithmetic without changing a result.
 _FAR = 8.0
-
-
-class Mode(_checks.StrEnum):
-  """Interpolation mode (GridSample-20+ spelling)."""
-
-  NEAREST = "nearest"
-  LINEAR = "linear"
-  CUBIC = "cubic"
 
 
 class PaddingMode(_checks.StrEnum):

@@ -8,6 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from jaxops import _checks
+
+
+class Mode(_checks.StrEnum):
+  """Interpolation mode: resize's `mode`, GridSample-20+'s spelling."""
+
+  NEAREST = "nearest"
+  LINEAR = "linear"
+  CUBIC = "cubic"
+
 
 def kernel(xp: Any, mode: str, t: Any, a: float) -> Any:
   """The weight of a tap at signed distance ``t`` from the sample point.

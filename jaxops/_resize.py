@@ -27,16 +27,9 @@ from jax.typing import ArrayLike
 from jaxops import _checks
 from jaxops import _interp
 from jaxops import _resize_kernel
+from jaxops._interp import Mode
 
 _OP = "jaxops.resize"
-
-
-class Mode(_checks.StrEnum):
-  """Interpolation mode."""
-
-  NEAREST = "nearest"
-  LINEAR = "linear"
-  CUBIC = "cubic"
 
 
 class CoordinateTransformationMode(_checks.StrEnum):
