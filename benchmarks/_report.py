@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import GPU_BATCH, Case
+from benchmarks._harness import GPU_BATCH, GPU_PIPELINE, Case
 
 PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "onnx", "onnxruntime", "torch", "flax",
             "matplotlib")
@@ -102,9 +102,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
   return "\n".join(lines)
 
 
-def summary_table(results: Sequence[dict[str, Any]]) -> str:
+def summary_table(results: Sequence[dict[str, Any]], device_copy_gbps: float | None = None) -> str:
   """One row per case: jaxops, the best peer, the ratio, the memory floor, bandwidths, the
-  allocation counters, and the ratio with the steady allocator where an extra run gave one."""
+  allocation counters, and the ratio with the steady allocator where an extra run gave one.
+  With ``device_copy_gbps`` (a GPU run), jaxops' bandwidth as a share of the device's."""
   rows = []
   steady = any("steady" in r for r in results)
   refs = any(r.get("reference") for r in results)
@@ -126,6 +127,9 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
       row.append(f"{_x(r['ratio_reference'])} ({r['reference']})" if r.get("reference") else "—")
     row += [_ms(r["floor_s"]), _x(r["ratio_floor"]), _gb(r["jaxops_gbps"]),
             _gb(r["copy_gbps"]), _ms(r["jaxops_compile_s"])]
+    if device_copy_gbps:
+      share = r["jaxops_gbps"] / device_copy_gbps if r["jaxops_gbps"] else None
+      row.append(f"{share:.0%}" if share is not None else "—")
     rows.append(row)
   header = ["case", "input", "jaxops ms", "best peer ms", "jaxops / best peer",
             "jaxops / best agreeing peer", "jaxops faults / call",
@@ -135,6 +139,8 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
   if refs:
     header.append("jaxops / plain XLA op (not a peer)")
   header += ["copy floor ms", "jaxops / floor", "jaxops GB/s", "copy GB/s", "jaxops compile ms"]
+  if device_copy_gbps:
+    header.append("jaxops GB/s / device copy GB/s")
   return _table(header, rows)
 
 
@@ -316,7 +322,9 @@ to warm up and to check every peer's output against jaxops' (the tolerance depen
 dtype; a peer whose semantics differ keeps its row, labelled). Then --reps blocks: in each block
 every system, and the copy floor, runs --runs + 1 times back to back and the first is dropped;
 systems are interleaved block by block (rotating order). Medians are reported. JAX results are
-synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`. Backward rows
+synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`; on a GPU one
+timed run is {gpu_pipeline} calls enqueued back to back and waited for once (the time per call
+is the device's, not one host round trip per call), for every system alike. Backward rows
 time the gradient of sum(op(x) ** 2) with respect to x, forward included: `jax.grad` under jit
 for jaxops, jax.image and flax; `torch.autograd.grad` of the same loss for torch.
 The copy floor is a jitted `x + 1` over uint8 that reads as many bytes as the op must read and
@@ -372,6 +380,10 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
       f"- load average (1/5/15 min) at the end of the run: {meta['load']} (a busy machine "
       "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
       "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),
+      *([f"- device copy bandwidth: {meta['device_copy_gbps']:.0f} GB/s (bytes read + written by "
+         "a jitted float32 `x + 1` over 1 GiB, median of 20 batches of 5 calls); the last "
+         "column is each row's jaxops GB/s (the bytes the op must move / its time) against it"]
+        if meta.get("device_copy_gbps") else []),
   ]
 
 
@@ -407,7 +419,7 @@ def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
       "",
       "## Method",
       "",
-      METHOD.format(gpu_batch=GPU_BATCH),
+      METHOD.format(gpu_batch=GPU_BATCH, gpu_pipeline=GPU_PIPELINE),
   ]
   for dev, title in DEVICES:
     parts += ["", f"## {title}", ""]
@@ -422,7 +434,7 @@ def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
         "peer that ran, marked \"(differs)\" where its output is not jaxops' (see the labels "
         "below); \"best agreeing peer\" is the fastest whose output agrees with jaxops'.",
         "",
-        summary_table(rows),
+        summary_table(rows, runs[dev]["machine"].get("device_copy_gbps")),
         *_extra_lines(runs[dev], rows),
         *(["", "### CPU: the README's headline", "", headline_table(rows)] if dev == "cpu"
           else []),

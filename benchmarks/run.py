@@ -216,6 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   meta = _report.machine(args.threads, argv, gpu)
   meta["malloc"] = malloc
   meta["jax_dispatch"] = "sync (calling thread)" if args.sync_dispatch else "async (JAX default)"
+  if "gpu" in devices[args.device] and not args.tiny:
+    meta["device_copy_gbps"] = _harness.device_copy_gbps(_harness.Context(
+        "gpu", False, args.threads).jax_device())
   if args.extras and "cpu" in devices[args.device]:
     labels = [r["label"] for r in results if r["device"] == "cpu"]
     steady = extra_run(args, labels, STEADY_ENV, [])
@@ -230,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   for device in devices[args.device]:
     rows = [r for r in results if r["device"] == device]
     print(f"{device.upper()} (jaxops / best peer; < 1: jaxops faster)")
-    print(_report.summary_table(rows))
+    print(_report.summary_table(rows, meta.get("device_copy_gbps") if device == "gpu" else None))
   print(f"\nwrote {args.out / 'RESULTS.md'} and {args.out / 'ratios.png'}")
   cpu_rows = [r for r in results if r["device"] == "cpu"]
   if cpu_rows:
