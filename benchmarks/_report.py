@@ -137,7 +137,7 @@ def summary_table(results: Sequence[dict[str, Any]], device_copy_gbps: float | N
   if steady:
     header.append("jaxops / best agreeing peer, steady malloc")
   if refs:
-    header.append("jaxops / plain XLA op (not a peer)")
+    header.append("jaxops / reference (not a peer)")
   header += ["copy floor ms", "jaxops / floor", "jaxops GB/s", "copy GB/s", "jaxops compile ms"]
   if device_copy_gbps:
     header.append("jaxops GB/s / device copy GB/s")
@@ -351,10 +351,12 @@ child runs.
 Some rows also time the plain XLA op that a JAX user would write without jaxops, as a
 reference that is never a peer: `x.astype(dtype)` (after a clip where ONNX saturates) for the
 casts, `jnp.mean` over H and W on the same NCHW input for GlobalAveragePool. jaxops' bfloat16
-and float16 casts are that same single XLA convert, so "jaxops / plain XLA op" near 1 with a
+and float16 casts are that same single XLA convert, so "jaxops / reference" near 1 with a
 ratio to PyTorch above 1 is XLA's convert kernel (and allocation), not jaxops; likewise
 GlobalAveragePool's backward against flax, which pools channels-last, where the gradient's
 broadcast runs along the long contiguous axis instead of ONNX's 7x7 minor axes.
+The jaxops.torch rows time the `jaxops.torch` call (the row's jaxops) beside the jaxops operator
+it maps to (the reference, not a peer): "jaxops / reference" is the namespace's overhead.
 JAX programs are dispatched as JAX does by default (asynchronously: a program of 1000 flops or
 more runs on a worker thread, and each timed call waits for it). The GlobalAveragePool cases
 also run in a child process with `--sync-dispatch` (`jax.config.update(

@@ -174,9 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     import jax
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
-  from benchmarks import _harness, _report, cast_cases, pool_cases, resample_cases, resize_cases
+  from benchmarks import (_harness, _report, cast_cases, pool_cases, resample_cases, resize_cases,
+                          torch_cases)
 
-  specs = [*resize_cases.SPECS, *pool_cases.SPECS, *cast_cases.SPECS, *resample_cases.SPECS]
+  specs = [*resize_cases.SPECS, *pool_cases.SPECS, *cast_cases.SPECS, *resample_cases.SPECS,
+           *torch_cases.SPECS]
   words = [w.strip().lower() for w in args.only.split(",") if w.strip()]
   if words:
     specs = [s for s in specs if any(w in s.label.lower() for w in words)]
