@@ -164,7 +164,36 @@ HEADLINE = (
     ("Cast float32 -> bfloat16, 16M", "Cast float32->bfloat16 fwd", None),
     ("Cast float32 -> float16, 16M", "Cast float32->float16 fwd", None),
     ("Cast float32 -> float8e4m3fn, 16M", "Cast float32->float8e4m3fn fwd", None),
+    ("MaxPool 3x3 s2 p1, 8x64x112x112", "MaxPool max 2d k3 s2 p1 fwd",
+     "MaxPool max 2d k3 s2 p1 bwd"),
+    ("MaxPool 2x2 s2, 8x128x56x56", "MaxPool max 2d k2 s2 fwd", "MaxPool max 2d k2 s2 bwd"),
+    ("MaxPool 3x3x3 s2 p1, 2x16x32^3", "MaxPool max 3d k3 s2 p1 fwd",
+     "MaxPool max 3d k3 s2 p1 bwd"),
+    ("MaxPool 3x3 s2 p1 with Indices", "MaxPool max 2d k3 s2 p1 indices fwd", None),
+    ("MaxUnpool 2x2 s2, to 8x128x56x56", "MaxUnpool 2d k2 s2 fwd", "MaxUnpool 2d k2 s2 bwd"),
+    ("LpPool p=2 3x3 s2, 8x64x112x112", "LpPool p2 2d k3 s2 fwd", "LpPool p2 2d k3 s2 bwd"),
+    ("GridSample bilinear zeros, 8x32x128x128", "GridSample bilinear zeros 2d fwd",
+     "GridSample bilinear zeros 2d bwd"),
+    ("GridSample bicubic border", "GridSample bicubic border 2d fwd",
+     "GridSample bicubic border 2d bwd"),
+    ("GridSample trilinear zeros, 2x16x32x64x64", "GridSample trilinear zeros 3d fwd",
+     "GridSample trilinear zeros 3d bwd"),
+    ("AffineGrid + GridSample (theta)", "AffineGrid+GridSample 2d bilinear theta fwd",
+     "AffineGrid+GridSample 2d bilinear theta bwd"),
+    ("RoiAlign 7x7 sampling_ratio 2, 512 boxes", "RoiAlign avg 7x7 sampling_ratio 2 fwd", None),
+    ("RoiAlign 7x7 sampling_ratio 0 (adaptive)", "RoiAlign avg 7x7 sampling_ratio 0 fwd", None),
 )
+
+# The jaxops.torch rows: (work, forward label, backward label or None); their table also shows
+# each call against the jaxops operator it maps to.
+TORCH_HEADLINE = tuple(
+    (name, f"jaxops.torch {name} fwd",
+     None if name.endswith("return_indices") else f"jaxops.torch {name} bwd")
+    for name in ("interpolate bilinear x2", "interpolate bicubic x2.5", "interpolate nearest x2",
+                 "avg_pool2d k3 s2 p1", "adaptive_avg_pool2d 14->7", "max_pool2d k3 s2 p1",
+                 "max_pool2d k3 s2 p1 return_indices", "lp_pool2d p2 k3 s2",
+                 "max_unpool2d k2 s2", "adaptive_max_pool2d 14->7", "grid_sample bilinear zeros",
+                 "affine_grid+grid_sample", "roi_align 7x7 sampling_ratio 2 aligned"))
 
 
 def _cell(r: dict[str, Any] | None, extra: str | None = None) -> str:
@@ -198,6 +227,29 @@ def headline_table(results: Sequence[dict[str, Any]]) -> str:
                  _cell(b, "steady") if b else ""])
   return _table(["work", "forward", "backward", "forward, steady malloc",
                  "backward, steady malloc"], rows)
+
+
+def _over_operator(r: dict[str, Any] | None) -> str:
+  if r is None:
+    return ""
+  if r.get("ratio_reference") is None:
+    return "—"
+  return f"{_x(r['ratio_reference'])}"
+
+
+def torch_headline_table(results: Sequence[dict[str, Any]]) -> str:
+  """The README's jaxops.torch table: each call against the fastest agreeing peer (torch), and
+  against the jaxops operator it maps to (the namespace's overhead), forward and backward."""
+  by_label = {r["label"]: r for r in results if r["device"] == "cpu"}
+  rows = []
+  for work, fwd, bwd in TORCH_HEADLINE:
+    f, b = by_label.get(fwd), by_label.get(bwd) if bwd else None
+    if f is None and b is None:
+      continue
+    rows.append([f"`{work}`", _cell(f), _over_operator(f), _cell(b) if bwd else "",
+                 _over_operator(b) if bwd else ""])
+  return _table(["jaxops.torch call", "forward", "forward / operator", "backward",
+                 "backward / operator"], rows)
 
 
 def extra_table(results: Sequence[dict[str, Any]], name: str) -> str:
@@ -438,8 +490,8 @@ def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
         "",
         summary_table(rows, runs[dev]["machine"].get("device_copy_gbps")),
         *_extra_lines(runs[dev], rows),
-        *(["", "### CPU: the README's headline", "", headline_table(rows)] if dev == "cpu"
-          else []),
+        *(["", "### CPU: the README's headline", "", headline_table(rows), "",
+           torch_headline_table(rows)] if dev == "cpu" else []),
         "",
         f"### {title}: every system",
         "",

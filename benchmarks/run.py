@@ -240,6 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   cpu_rows = [r for r in results if r["device"] == "cpu"]
   if cpu_rows:
     headline = _report.headline_table(cpu_rows)
+    torch_rows = _report.torch_headline_table(cpu_rows)
+    if torch_rows.count("\n") > 1:
+      headline += ("\n\nThe `jaxops.torch` calls against torch (the fastest agreeing peer) and "
+                   "against the jaxops operator each maps to (its overhead):\n\n" + torch_rows)
     print("\nREADME headline (jaxops / fastest agreeing peer)\n" + headline)
     full = not words and not args.exact and not args.tiny and args.extras
     if full and args.out.resolve() == HERE and args.malloc == "default":
