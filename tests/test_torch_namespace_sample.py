@@ -40,6 +40,9 @@ import jaxops.torch as F
 
 _FULL = int(os.environ.get("JAXOPS_TORCH_SWEEP", "0"))
 DRAWS = 5
+# float32 gradients: in the full sweep (each is one more compile per combination); float64
+# gradients and float32 values always.
+GRAD32 = bool(_FULL)
 TOL64 = dict(rtol=1e-12, atol=1e-12)
 TOL32 = dict(rtol=1.3e-6, atol=1e-5)   # torch.testing's float32 default
 
@@ -127,7 +130,7 @@ def test_grid_sample_matches_torch():
   """Values (float64, float32) and gradients for input and grid (float64, float32) against
   torch on every mode / padding / align_corners of 2-D and 3-D inputs; 1-pixel and odd shapes,
   grids far outside [-1, 1] and on the ties and kinks of the sampling."""
-  cases = _gs_cases(_combos(12), 500)
+  cases = _gs_cases(_combos(10), 500)
   for x, g, kw in cases:
     msg = f"grid_sample x{x.shape} grid{g.shape} {kw}"
     f = lambda a, b, kw=kw: F.grid_sample(a, b, **kw)  # noqa: E731
@@ -137,8 +140,279 @@ def test_grid_sample_matches_torch():
       xd, gd = x.astype(dt), g.astype(dt)
       ct = np.random.default_rng(xd.size).standard_normal(x.shape[:2] + g.shape[1:-1]).astype(dt)
       want, (wx, wg) = _torch_vjp(tf, (xd, gd), ct)
+      if dt == np.float32 and not GRAD32:
+        np.testing.assert_allclose(jax.jit(f)(xd, gd), want, **tol, err_msg=f"float32 {msg}")
+        continue
       y, (gx, gg) = _vjp(f)((jnp.asarray(xd), jnp.asarray(gd)), jnp.asarray(ct))
       np.testing.assert_allclose(y, want, **tol, err_msg=f"{dt.__name__} {msg}")
       np.testing.assert_allclose(gx, wx, **gtol, err_msg=f"{dt.__name__} d/dinput {msg}")
       np.testing.assert_allclose(gg, wg, **gtol, err_msg=f"{dt.__name__} d/dgrid {msg}")
+  assert len(cases) * DRAWS >= min(_FULL, 200)
+
+
+# --- affine_grid ----------------------------------------------------------------------------------
+
+
+def _affine_cases(count, seed):
+  rng = np.random.default_rng(seed)
+  cases = []
+  for t in range(count):
+    r = 2 + t % 2
+    ac = (None, False, True, True)[(t // 2) % 4]
+    spatial = tuple(int(rng.choice([1, int(rng.integers(2, 9 if r == 2 else 6))]))
+                    for _ in range(r))
+    size = (DRAWS, int(rng.integers(1, 4))) + spatial
+    theta = rng.standard_normal((DRAWS, r, r + 1)) * rng.choice([0.5, 1.0, 4.0])
+    theta[0] = np.eye(r, r + 1)  # the identity: the base grid itself
+    cases.append((theta, list(size) if rng.random() < 0.5 else size, ac))
+  return cases
+
+
+@pytest.mark.slow
+def test_affine_grid_matches_torch():
+  """Values and gradients for theta (float64, float32) against torch, 2-D and 3-D, every
+  align_corners (None: torch's default), length-1 and odd sizes; every combination in one
+  compiled program per dtype."""
+  cases = _affine_cases(_combos(40), 600)
+
+  def run(thetas, cts):
+    outs = []
+    for a, ct, (_, size, ac) in zip(thetas, cts, cases):
+      y, pullback = jax.vjp(lambda t, size=size, ac=ac: F.affine_grid(t, size, ac), a)
+      outs.append((y, pullback(ct)[0]))
+    return outs
+
+  for dt, tol in ((np.float64, TOL64), (np.float32, TOL32)):
+    wants, cts = [], []
+    for theta, size, ac in cases:
+      td = theta.astype(dt)
+      ct = np.random.default_rng(td.size).standard_normal(
+          (size[0],) + tuple(size[2:]) + (len(size) - 2,)).astype(dt)
+      with pytest.warns(UserWarning) if ac and min(size[2:]) == 1 else _no_warning():
+        # torch notes its unit-size behaviour with align_corners=True (the one jaxops has)
+        wants.append(_torch_vjp(lambda a, size=size, ac=ac: TF.affine_grid(
+            a, size, align_corners=bool(ac)), (td,), ct))
+      cts.append(jnp.asarray(ct))
+    got = jax.jit(run)([jnp.asarray(t.astype(dt)) for t, _, _ in cases], cts)
+    for (theta, size, ac), (want, (wt,)), (y, gt) in zip(cases, wants, got):
+      msg = f"{dt.__name__} affine_grid theta{theta.shape} size {size} align_corners={ac}"
+      np.testing.assert_allclose(y, want, **tol, err_msg=msg)
+      np.testing.assert_allclose(gt, wt, **tol, err_msg="d/dtheta " + msg)
+  assert len(cases) * DRAWS >= min(_FULL, 200)
+
+
+class _no_warning:
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return False
+
+
+# --- roi_align ------------------------------------------------------------------------------------
+
+
+def _tv_axis(start, bin_size, grid, pooled, length, t):
+  """Per (bin, sample) of one axis, as pre_calc_for_bilinear_interpolate computes it in type t:
+  the sample's validity, low/high tap indices and their weights (hy, ly)."""
+  p = np.arange(pooled).astype(t)[:, None]
+  i = (np.arange(max(grid, 0)) + 0.5).astype(t)[None, :]
+  y = start + p * bin_size + i * bin_size / t(grid)          # yy, as written in the kernel
+  valid = (y >= -1.0) & (y <= length)
+  y = np.where(y <= 0, t(0), y).astype(t)
+  low = y.astype(np.int64)                                   # (int)y on y >= 0
+  top = low >= length - 1
+  low = np.where(top, length - 1, low)
+  high = np.where(top, length - 1, low + 1)
+  y = np.where(top, low.astype(t), y).astype(t)
+  ly = (y - low.astype(t)).astype(t)
+  hy = (t(1) - ly).astype(t)
+  return valid, low, high, hy, ly
+
+
+def _tv_box(row, scale, pooled_h, pooled_w, sampling_ratio, aligned, t):
+  offset = t(0.5) if aligned else t(0)
+  s = t(scale)
+  sw, sh = row[1] * s - offset, row[2] * s - offset
+  ew, eh = row[3] * s - offset, row[4] * s - offset
+  rw, rh = t(ew - sw), t(eh - sh)
+  if not aligned:  # "Force malformed ROIs to be 1x1"
+    rw, rh = max(rw, t(1)), max(rh, t(1))
+  bh, bw = t(rh / t(pooled_h)), t(rw / t(pooled_w))
+  gh = sampling_ratio if sampling_ratio > 0 else int(np.ceil(t(rh / t(pooled_h))))
+  gw = sampling_ratio if sampling_ratio > 0 else int(np.ceil(t(rw / t(pooled_w))))
+  return sh, sw, bh, bw, gh, gw
+
+
+def _tv_samples(x, row, scale, pooled_h, pooled_w, sampling_ratio, aligned):
+  """The four (index, weight) corner taps of every sample of one box: (yi, xi, w) lists of
+  arrays shaped (pooled_h, grid_h, pooled_w, grid_w), and the kernel's grid counts."""
+  t = x.dtype.type
+  _, _, h, w = x.shape
+  sh, sw, bh, bw, gh, gw = _tv_box(row, scale, pooled_h, pooled_w, sampling_ratio, aligned, t)
+  vy, yl, yh, hy, ly = _tv_axis(sh, bh, gh, pooled_h, h, t)
+  vx, xl, xh, hx, lx = _tv_axis(sw, bw, gw, pooled_w, w, t)
+  ok = vy[:, :, None, None] & vx[None, None, :, :]
+  taps = []
+  for yi, wy in ((yl, hy), (yh, ly)):
+    for xi, wx in ((xl, hx), (xh, lx)):
+      wt = (wy[:, :, None, None] * wx[None, None, :, :]).astype(t)  # w1 = hy * hx, ...
+      taps.append((yi[:, :, None, None] + 0 * xi[None, None], xi[None, None] + 0 * yi[:, :, None,
+                                                                                       None],
+                   np.where(ok, wt, t(0))))
+  return taps, gh, gw
+
+
+def _tv_forward(x, rois, scale, pooled_h, pooled_w, sampling_ratio, aligned):
+  """torchvision's roi_align_forward_kernel_impl: per bin the sum of w1 v1 + ... + w4 v4 over
+  its samples, divided by max(grid_h * grid_w, 1); in x's dtype."""
+  t = x.dtype.type
+  out = np.zeros((len(rois), x.shape[1], pooled_h, pooled_w), x.dtype)
+  for n, row in enumerate(rois):
+    b = int(row[0])  # (int) conversion of the batch index
+    taps, gh, gw = _tv_samples(x, row, scale, pooled_h, pooled_w, sampling_ratio, aligned)
+    count = t(max(gh * gw, 1))
+    val = sum(wt[None] * x[b][:, yi, xi] for yi, xi, wt in taps)   # (C, ph, gh, pw, gw)
+    out[n] = (val.sum(axis=(2, 4), dtype=x.dtype) / count).astype(x.dtype)
+  return out
+
+
+def _tv_backward(x, rois, grad, scale, pooled_h, pooled_w, sampling_ratio, aligned):
+  """torchvision's roi_align_backward_kernel_impl: grad_output * w_i / (grid_h * grid_w) added
+  at each corner of every sample (samples outside the map add nothing)."""
+  t = x.dtype.type
+  gi = np.zeros_like(x)
+  for n, row in enumerate(rois):
+    b = int(row[0])
+    taps, gh, gw = _tv_samples(x, row, scale, pooled_h, pooled_w, sampling_ratio, aligned)
+    count = t(gh * gw)
+    if gh <= 0 or gw <= 0:
+      continue  # no samples: the kernel's loops do not run
+    g = grad[n][:, :, None, :, None]                                # (C, ph, 1, pw, 1)
+    for yi, xi, wt in taps:
+      contrib = (g * wt[None] / count).astype(x.dtype)
+      np.add.at(gi[b], (slice(None), yi, xi), contrib)
+  return gi
+
+
+def _onnx_roi_align(x, rois, index, pooled_h, pooled_w, scale, sampling_ratio, aligned):
+  """(onnxruntime, onnx.reference) RoiAlign-16 with torchvision's arguments mapped onto it."""
+  node = helper.make_node(
+      "RoiAlign", ["x", "r", "b"], ["y"], mode="avg", output_height=pooled_h,
+      output_width=pooled_w, sampling_ratio=max(sampling_ratio, 0), spatial_scale=scale,
+      coordinate_transformation_mode="half_pixel" if aligned else "output_half_pixel")
+  elem = TensorProto.FLOAT if x.dtype == np.float32 else TensorProto.DOUBLE
+  graph = helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", elem, None),
+                    helper.make_tensor_value_info("r", elem, None),
+                    helper.make_tensor_value_info("b", TensorProto.INT64, None)],
+      [helper.make_tensor_value_info("y", elem, None)])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+  model.ir_version = 8
+  feeds = {"x": x, "r": rois, "b": index.astype(np.int64)}
+  options = ort.SessionOptions()
+  options.log_severity_level = 4
+  session = ort.InferenceSession(model.SerializeToString(), options,
+                                 providers=["CPUExecutionProvider"])
+  return session.run(None, feeds)[0], ReferenceEvaluator(model).run(None, feeds)[0]
+
+
+def _roi_cases(count, seed):
+  rng = np.random.default_rng(seed)
+  cases = []
+  for t in range(count):
+    n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    h, w = (int(rng.choice([1, int(rng.integers(2, 10))])) for _ in range(2))
+    scale = float(rng.choice([1.0, 0.5, 0.25, 2.0]))
+    out = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    kw = dict(output_size=out if out[0] != out[1] or rng.random() < 0.5 else out[0],
+              spatial_scale=scale, sampling_ratio=int(rng.choice([-1, 0, 1, 2, 3])),
+              aligned=bool(t % 2))
+    as_list = (t // 2) % 2 == 1
+    x = rng.standard_normal((DRAWS * n, c, h, w))
+    rows = []
+    for d in range(DRAWS):
+      k = 3
+      xs = rng.uniform(-3, (w + 3) / scale, (k, 2))
+      ys = rng.uniform(-3, (h + 3) / scale, (k, 2))
+      xs.sort(axis=1)
+      ys.sort(axis=1)
+      if d == 1:   # zero-size boxes (width, height, or both)
+        xs[0, 1] = xs[0, 0]
+        ys[1, 1] = ys[1, 0]
+        xs[2, 1], ys[2, 1] = xs[2, 0], ys[2, 0]
+      if d == 2:   # tiny boxes, below one pixel (aligned=False widens them to 1 x 1)
+        xs[:, 1] = xs[:, 0] + rng.uniform(0, 0.8 / scale, k)
+      index = d * n + rng.integers(0, n, k)
+      rows.append(np.column_stack([index, xs[:, 0], ys[:, 0], xs[:, 1], ys[:, 1]]))
+    rois = np.concatenate(rows)
+    rois = rois[np.argsort(rois[:, 0], kind="stable")] if as_list else rois
+    cases.append((x, rois, as_list, kw))
+  return cases
+
+
+def _boxes_arg(rois, n_images, as_list, xp=np):
+  if not as_list:
+    return xp.asarray(rois)
+  return [xp.asarray(rois[rois[:, 0] == i][:, 1:]) for i in range(n_images)]
+
+
+@pytest.mark.slow
+def test_roi_align_matches_torchvision_kernel_and_onnx():
+  """Values against the transcribed torchvision kernel (float64 and float32), onnxruntime
+  (float32) and onnx.reference (float64) through RoiAlign-16; the input gradient against the
+  transcribed backward kernel; the box gradient against central differences (float64)."""
+  cases = _roi_cases(_combos(6), 700)
+  for x, rois, as_list, kw in cases:
+    out = kw["output_size"]
+    ph, pw = out if isinstance(out, tuple) else (out, out)
+    args = (kw["spatial_scale"], ph, pw, kw["sampling_ratio"], kw["aligned"])
+    msg = f"roi_align x{x.shape} {len(rois)} boxes list={as_list} {kw}"
+    ct = np.random.default_rng(x.size).standard_normal((len(rois), x.shape[1], ph, pw))
+
+    def f(a, boxes, kw=kw):
+      return F.roi_align(a, boxes, **kw)
+
+    for dt in (np.float64, np.float32):
+      xd, rd = x.astype(dt), rois.astype(dt)
+      boxes = _boxes_arg(rd, len(x), as_list, jnp)
+      want = _tv_forward(xd, rd, *args)
+      tol = TOL64 if dt == np.float64 else dict(rtol=1e-5, atol=1e-5)
+      if dt == np.float64 or GRAD32:
+        y, (gx, gb_dt) = _vjp(f)((jnp.asarray(xd), boxes), jnp.asarray(ct.astype(dt)))
+        want_gx = _tv_backward(xd, rd, ct.astype(dt), *args)
+        np.testing.assert_allclose(gx, want_gx, **tol, err_msg=f"{dt.__name__} d/dinput {msg}")
+        if dt == np.float64:
+          gb = gb_dt
+      else:
+        y = jax.jit(f)(jnp.asarray(xd), boxes)
+      np.testing.assert_allclose(y, want, **tol, err_msg=f"{dt.__name__} torchvision {msg}")
+      via_ort, via_reference = _onnx_roi_align(xd, rd[:, 1:], rd[:, 0], ph, pw, kw["spatial_scale"],
+                                               kw["sampling_ratio"], kw["aligned"])
+      if dt == np.float32:
+        np.testing.assert_allclose(y, via_ort, rtol=1e-5, atol=1e-5, err_msg=f"onnxruntime {msg}")
+      else:
+        np.testing.assert_allclose(y, via_reference, **TOL64, err_msg=f"onnx.reference {msg}")
+    # d/dboxes: the box columns' central differences of the float64 transcription
+    if not as_list:  # the batch index column is an index: no gradient
+      np.testing.assert_array_equal(np.asarray(gb)[:, 0], 0.0)
+    gb = np.concatenate([np.asarray(v) for v in gb]) if as_list else np.asarray(gb)[:, 1:]
+    checked = 0
+    step = 1e-6
+
+    def loss(r):
+      return np.sum(_tv_forward(x, r, *args) * ct, axis=(1, 2, 3))   # one loss per box
+
+    base = loss(rois)
+    for j in range(4):
+      up, down = rois.copy(), rois.copy()
+      up[:, 1 + j] += step
+      down[:, 1 + j] -= step
+      lu, ld = loss(up), loss(down)
+      fwd, bwd = (lu - base) / step, (base - ld) / step
+      smooth = np.abs(fwd - bwd) <= 1e-5 * (1 + np.abs(fwd))   # no kink or count jump nearby
+      np.testing.assert_allclose(gb[smooth, j], ((lu - ld) / (2 * step))[smooth], rtol=1e-6,
+                                 atol=1e-6, err_msg=f"d/dbox[{j}] {msg}")
+      checked += int(smooth.sum())
+    assert checked >= len(rois) * 2, msg  # most box coordinates are away from the kinks
   assert len(cases) * DRAWS >= min(_FULL, 200)
