@@ -1107,15 +1107,16 @@ def _affine_grid_config(theta_shape: tuple[int, ...], theta_dtype: Any, size: An
   op = _op("affine_grid")
   align = False if align_corners is None else _checks.static_bool(op, "align_corners",
                                                                   align_corners)
-  if not jnp.issubdtype(theta_dtype, jnp.floating):
-    raise _checks.type_error(op, "theta", f"dtype {np.dtype(theta_dtype).name}",
-                             "floating (float16, bfloat16, float32 or float64)")
+  if not jnp.issubdtype(theta_dtype, jnp.floating):  # torch: ValueError
+    raise _checks.value_error(op, "theta", f"dtype {np.dtype(theta_dtype).name}",
+                              "floating (float16, bfloat16, float32 or float64)")
   if isinstance(size, (int, np.integer)) or np.ndim(_checks.concrete(op, "size", size)) != 1:
     raise _checks.type_error(op, "size", size, "a sequence of 4 or 5 ints")
   size_t = _checks.int_tuple(op, "size", size)
   if len(size_t) not in (4, 5):
-    raise NotImplementedError(f"{op}: affine_grid only supports 4D and 5D sizes, for 2D and 3D "
-                              f"affine transforms, respectively. Got size {list(size_t)}.")
+    raise NotImplementedError(f"{op}: argument `size` must have 4 or 5 entries (affine_grid "
+                              f"only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
+                              f"respectively); got {list(size_t)}")
   r = len(size_t) - 2
   if len(theta_shape) != 3 or theta_shape[1:] != (r, r + 1):
     raise _checks.value_error(op, "theta", f"shape {tuple(theta_shape)}",
@@ -1158,10 +1159,10 @@ def affine_grid(theta: ArrayLike, size: Any, align_corners: bool | None = None) 
     The grid, of ``theta``'s dtype.
 
   Raises:
-    ValueError: a theta shape that does not match ``size``, a size entry <= 0 (as torch,
-      allowed with align_corners=True when a spatial size is 1).
+    ValueError: a non-float theta, a theta shape that does not match ``size``, a size entry
+      <= 0 (as torch, allowed with align_corners=True when a spatial size is 1).
     NotImplementedError: a size of another length.
-    TypeError: a non-float theta, a traced or non-integer size.
+    TypeError: a traced or non-integer size.
 
   Examples:
     >>> import jax.numpy as jnp, jaxops.torch as F
