@@ -76,6 +76,10 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
     align_corners, ``-0.5`` and ``L - 0.5`` without) until it is inside, then clip it to
     ``[0, L - 1]``; cubic reflects each tap index the same way.
 
+  Gradients with respect to ``grid`` are PyTorch's, also where a coordinate lands exactly on a
+  border that border/reflection padding clips to: the derivative of the clipped coordinate is
+  0 there (the border counts as out of bounds).
+
   Non-finite grid values: a NaN coordinate gives NaN (for floating ``x``; 0 for integer ``x``);
   +-inf reads 0 with zeros padding and the edge pixel with border padding, and gives NaN with
   reflection (an infinite position has no reflection). See docs/DEVIATIONS.md, GridSample.
