@@ -257,9 +257,8 @@ def _tv_samples(x, row, scale, pooled_h, pooled_w, sampling_ratio, aligned):
   for yi, wy in ((yl, hy), (yh, ly)):
     for xi, wx in ((xl, hx), (xh, lx)):
       wt = (wy[:, :, None, None] * wx[None, None, :, :]).astype(t)  # w1 = hy * hx, ...
-      taps.append((yi[:, :, None, None] + 0 * xi[None, None], xi[None, None] + 0 * yi[:, :, None,
-                                                                                       None],
-                   np.where(ok, wt, t(0))))
+      ys, xs = np.broadcast_arrays(yi[:, :, None, None], xi[None, None, :, :])
+      taps.append((ys, xs, np.where(ok, wt, t(0))))
   return taps, gh, gw
 
 
@@ -563,13 +562,17 @@ class TransformsTest(chex.TestCase):
 def test_roi_align_empty_boxes_and_output():
   """torchvision returns zeros of shape (K, C, h, w) when that has no elements
   (roi_align_forward_kernel: ``if (output.numel() == 0) return output``); a list entry with no
-  boxes adds none."""
+  boxes adds none; a fractional batch index is truncated."""
   x = np.arange(32.0).reshape(2, 1, 4, 4)
   assert F.roi_align(x, np.zeros((0, 5)), 2).shape == (0, 1, 2, 2)
   assert F.roi_align(x, np.array([[0.0, 0.0, 0.0, 2.0, 2.0]]), (0, 3)).shape == (1, 1, 0, 3)
   boxes = [np.zeros((0, 4)), np.array([[0.0, 0.0, 2.0, 2.0]])]
   want = _tv_forward(x, np.array([[1.0, 0.0, 0.0, 2.0, 2.0]]), 1.0, 1, 1, 2, False)
   np.testing.assert_allclose(F.roi_align(x, boxes, 1, sampling_ratio=2), want, **TOL64)
+  # the index column is converted as C's (int) does: 1.7 is image 1
+  row = np.array([[1.7, 0.5, 0.0, 3.0, 2.5]])
+  np.testing.assert_allclose(F.roi_align(x, row, 2), _tv_forward(x, row, 1.0, 2, 2, -1, False),
+                             **TOL64)
 
 
 def test_non_finite_grid_deviation_is_pinned():
@@ -587,3 +590,23 @@ def test_non_finite_grid_deviation_is_pinned():
     assert np.isnan(F.grid_sample(x4.numpy(), g4.numpy(), "bilinear", pad, False)).all()
     assert np.isnan(F.grid_sample(x4[:, :, None].numpy(), g5.numpy(), "bilinear", pad,
                                   False)).all()
+
+
+def test_signatures_are_torchs():
+  import inspect
+
+  def params(f):
+    return [(p.name, p.default, p.kind) for p in inspect.signature(f).parameters.values()]
+
+  for name in ("grid_sample", "affine_grid"):
+    assert params(getattr(F, name)) == params(getattr(TF, name)), name
+    assert name in F.__all__
+  # torchvision/ops/roi_align.py: roi_align(input, boxes, output_size, spatial_scale=1.0,
+  # sampling_ratio=-1, aligned=False)
+  empty, positional = inspect.Parameter.empty, inspect.Parameter.POSITIONAL_OR_KEYWORD
+  assert params(F.roi_align) == [("input", empty, positional), ("boxes", empty, positional),
+                                 ("output_size", empty, positional),
+                                 ("spatial_scale", 1.0, positional),
+                                 ("sampling_ratio", -1, positional),
+                                 ("aligned", False, positional)]
+  assert "roi_align" in F.__all__
