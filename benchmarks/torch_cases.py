@@ -90,8 +90,9 @@ ROI_X, ROI_N, ROI_SCALE = (2, 256, 50, 68), 512, 0.0625
 
 
 def _roi_inputs(ctx: Context) -> Any:
-  """Detection-like boxes (as benchmarks.resample_cases): [K, 5] rows (batch index, box) for
-  jaxops.torch, rois and batch indices for the operator."""
+  """Detection-like boxes (as benchmarks.resample_cases) and their batch indices; the
+  jaxops.torch call joins them into torchvision's [K, 5] rows (batch index, box) inside the timed
+  function, so that both systems' gradients are (x, boxes)."""
   rng = ctx.rng()
   shape = (1, 2, 6, 7) if ctx.tiny else ROI_X
   n = 4 if ctx.tiny else ROI_N
@@ -101,8 +102,7 @@ def _roi_inputs(ctx: Context) -> Any:
   start = rng.uniform(0, 1, (n, 2)) * (img - size)
   rois = np.concatenate([start, start + size], axis=1).astype(np.float32)
   bi = rng.integers(0, shape[0], n)
-  boxes = np.concatenate([bi[:, None].astype(np.float32), rois], axis=1)
-  return (x, boxes), (x, rois, bi.astype(np.int64))
+  return (x, rois, bi.astype(np.int64)), (x, rois, bi.astype(np.int64))
 
 
 NO_TORCHVISION = ("torchvision does not load next to the CPU torch; torch ops composed by hand "
@@ -165,7 +165,9 @@ CASES = (
                   x, T.affine_grid(t, x.shape, align_corners=False), align_corners=False),
               grads=(0, 1)),
     TorchCase("roi_align 7x7 sampling_ratio 2 aligned", _roi_inputs,
-              lambda F, x, b: F.roi_align(x, b, 7, ROI_SCALE, 2, True),
+              lambda F, x, r, i: F.roi_align(
+                  x, jnp.concatenate([i[:, None].astype(r.dtype), r], axis=1), 7, ROI_SCALE, 2,
+                  True),
               lambda J, x, r, i: J.roi_align(x, r, i, output_height=7, output_width=7,
                                              sampling_ratio=2, spatial_scale=ROI_SCALE),
               None, grads=(0, 1), no_torch=NO_TORCHVISION),
