@@ -105,6 +105,8 @@ def test_interpolate_matches_torch_end_to_end(mode):
     want = xt.grad.numpy()
     if mode == "nearest" and _nearest_backward_shortcut(shape, kw):
       want = _nearest_transpose(shape, mode, kw, g)  # docs/DEVIATIONS.md, jaxops.torch 2
+    if mode == "bicubic" and tuple(yt.shape) == shape:
+      want = _forward_transpose(shape, mode, kw, g)  # docs/DEVIATIONS.md, jaxops.torch 7
     if _aa_backward_does_not_skip(shape, kw):
       continue  # docs/DEVIATIONS.md, jaxops.torch 3; its plan is checked above
     configs.append((shape, kw))
@@ -159,6 +161,37 @@ def _nearest_transpose(shape: tuple[int, ...], mode: str, kw: dict, g: np.ndarra
   return out.reshape(shape)
 
 
+def _forward_transpose(shape: tuple[int, ...], mode: str, kw: dict, g: np.ndarray) -> np.ndarray:
+  """The gradient of torch's forward (a linear map): its matrix from torch's forward of every
+  basis input, transposed, times the cotangent."""
+  n = int(np.prod(shape))
+  basis = torch.eye(n, dtype=torch.float64).reshape((n,) + shape)
+  cols = [TF.interpolate(b, mode=mode, **kw).reshape(-1) for b in basis]
+  return (torch.stack(cols, 1).T.numpy() @ g.reshape(-1)).reshape(shape)
+
+
+def test_bicubic_backward_copy_deviation_is_pinned():
+  """torch's bicubic backward copies the cotangent where the output size equals the input's,
+  while its forward resamples with the given scale_factor (5 x 6 -> 5 x 6 with scale_factor
+  (1.0, 1.13)): its gradient is not the transpose of its forward. jaxops' gradient is the
+  transpose of the forward that both compute. DEVIATIONS.md, jaxops.torch 7."""
+  rng = np.random.default_rng(17)
+  x = rng.standard_normal((1, 1, 5, 6))
+  kw = {"scale_factor": (1.0, 1.13)}
+  xt = torch.tensor(x, requires_grad=True)
+  y = TF.interpolate(xt, mode="bicubic", **kw)
+  assert tuple(y.shape) == x.shape and not np.allclose(y.detach().numpy(), x)  # not a copy
+  np.testing.assert_allclose(F.interpolate(x, mode="bicubic", **kw), y.detach().numpy(),
+                             **TOL[np.float64])
+  g = rng.standard_normal(x.shape)
+  y.backward(torch.tensor(g))
+  np.testing.assert_array_equal(xt.grad.numpy(), g)  # torch: the copy's transpose
+  grad = jax.grad(lambda v: jnp.sum(F.interpolate(v, mode="bicubic", **kw) * g))(x)
+  np.testing.assert_allclose(grad, _forward_transpose(x.shape, "bicubic", kw, g),
+                             **TOL[np.float64])
+  assert not np.allclose(grad, g)
+
+
 def test_nearest_indices_are_torch_float32_indices_exactly():
   """Copies of an iota: the source index of every output equals torch's, for every dtype."""
   rng = np.random.default_rng(7)
@@ -208,7 +241,7 @@ def test_antialias_backward_of_a_kept_axis_deviation_is_pinned():
   g = np.random.default_rng(5).standard_normal(x.shape)
   y.backward(torch.tensor(g))
   assert np.abs(xt.grad.numpy() - g).max() > 0.1  # torch's backward is not the copy's
-  grad = jax.grad(lambda v: jnp.sum(F.interpolate(v, **kw) * g))(x)
+  grad = jax.grad(lambda v: jnp.sum(F.interpolate(v, mode="bicubic", **kw) * g))(x)
   np.testing.assert_allclose(grad, g, rtol=1e-12)
 
 
