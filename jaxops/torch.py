@@ -23,6 +23,12 @@ How each maps onto jaxops:
   ``input ** norm_type``.
 - ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
   is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel.
+- ``max_unpool1d/2d/3d``: ``jaxops.max_unpool``'s scatter (of repeated indices the later one is
+  kept), with torch's per-plane indices read in the plane of the output size as given.
+- ``adaptive_max_pool1d/2d/3d``: the same static windows (a reshape where they tile an axis,
+  else one gather of a static table per axis), a max reduce, and torch's index (first maximum
+  in row-major scan order; a window holding NaN gives NaN at its last NaN) from a static table
+  of plane positions; the gradient goes to that element.
 
 Errors: where torch raises RuntimeError for an impossible argument, these raise ValueError (or
 TypeError for a wrong type) with the same condition; ValueError and NotImplementedError where
@@ -52,6 +58,8 @@ __all__ = [
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
     "max_pool1d", "max_pool2d", "max_pool3d",
     "lp_pool1d", "lp_pool2d", "lp_pool3d",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
 ]
 
 _NS = "jaxops.torch"
@@ -981,3 +989,373 @@ def lp_pool3d(input: ArrayLike, norm_type: float, kernel_size: Any, stride: Any 
 lp_pool1d.__doc__ = _LP_DOC.format(nd=1, shape="(1, 1, 2)", out="[2.8284270763397217]")
 lp_pool2d.__doc__ = _LP_DOC.format(nd=2, shape="(1, 2, 2)", out="[4.0]")
 lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152679443]")
+
+
+# --- max unpooling and adaptive max pooling ----------------------------------------------------
+# torch's per-(N, C)-plane indices on jaxops.max_unpool's scatter; adaptive max pooling on static
+# per-axis window tables, one pass per axis from the last (torch's row-major scan order).
+
+from jax import lax  # noqa: E402  (imports kept inside this self-contained section)
+
+from jaxops import _max_pool  # noqa: E402
+
+@dataclasses.dataclass(frozen=True)
+class _Unpool:
+  """The static plan of ``max_unpool{nd}d``: the full output shape and the pooled rank."""
+
+  out: tuple[int, ...]
+  nd: int
+
+
+def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[int, ...],
+                   kernel_size: Any, stride: Any, padding: Any, output_size: Any) -> _Unpool:
+  op = _op(name)
+  if len(shape) not in (nd + 1, nd + 2):
+    raise ValueError(f"{op}: Input to max_unpooling{nd}d should be a {nd + 1}d or {nd + 2}d "
+                     f"Tensor, but got a tensor with {len(shape)} dimensions")
+  if tuple(i_shape) != tuple(shape):
+    raise _checks.value_error(op, "indices", f"an array of shape {tuple(i_shape)}",
+                              f"of the shape of input {tuple(shape)}")
+  for d in range(len(shape) - nd - 1, len(shape)):
+    if shape[d] == 0:
+      raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
+                       f"but got {list(shape)} with dimension {d} being empty")
+  k = _pool_arg(op, "kernel_size", kernel_size, nd)
+  s = k if stride is None else _pool_arg(op, "stride", stride, nd)
+  p = _pool_arg(op, "padding", padding, nd)
+  if nd == 3 and any(v <= 0 for v in s):  # torch checks strides of the 3-D kernel only
+    raise _checks.value_error(op, "stride", stride, "greater than zero")
+  spatial = shape[len(shape) - nd:]
+  default = [(n - 1) * sv + kv - 2 * pv for n, kv, sv, pv in zip(spatial, k, s, p)]
+  if output_size is None:
+    out = default
+  else:
+    if _checks.is_traced(output_size):
+      _checks.concrete(op, "output_size", output_size)
+    try:
+      sizes = list(output_size)
+    except TypeError:
+      raise _checks.type_error(op, "output_size", output_size,
+                               f"a sequence of {nd} or {nd + 2} ints") from None
+    if len(sizes) == nd + 2:
+      sizes = sizes[2:]
+    if len(sizes) != nd:
+      raise _checks.value_error(op, "output_size", output_size,
+                                f"a sequence of {nd} or {nd + 2} ints")
+    out = list(_checks.int_tuple(op, "output_size", sizes))
+    for d, (o, dv, sv) in enumerate(zip(out, default, s)):
+      if not dv - sv < o < dv + sv:
+        raise _checks.value_error(op, "output_size", output_size,
+                                  f"between {dv - sv} and {dv + sv} (exclusive) in dim {d}")
+  for d, o in enumerate(out):
+    if o < 0:
+      raise _checks.value_error(op, "output_size", output_size if output_size is not None
+                                else tuple(out),
+                                f"non-negative spatial sizes (kernel_size {k}, stride {s}, "
+                                f"padding {p} give {tuple(out)})")
+  return _Unpool(tuple(shape[:len(shape) - nd]) + tuple(int(o) for o in out), nd)
+
+
+_UNPOOL = _checks.ConfigCache(_unpool_config)
+
+
+@functools.partial(jax.jit, static_argnames=("plane",))
+def _bad_index(indices: jax.Array, plane: int) -> jax.Array:
+  return jnp.any((indices < 0) | (indices >= plane))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  out = cfg.out
+  if math.prod(out) == 0:
+    return jnp.zeros(out, x.dtype)
+  lead = out[:len(out) - cfg.nd]
+  plane = math.prod(out[len(lead):])
+  planes = math.prod(lead)
+  dtype = _max_pool._index_dtype()
+  i = indices.astype(dtype).reshape(planes, -1)
+  base = jnp.arange(planes, dtype=dtype).reshape(planes, 1) * np.array(plane, dtype)
+  # Torch's per-plane index as a flat index of the whole output; out of its plane: dropped.
+  flat = jnp.where((i >= 0) & (i < plane), i + base, np.array(-1, dtype))
+  return _max_pool._max_unpool(x, flat.reshape(x.shape), _max_pool._UnpoolPlan(out, out))
+
+
+def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, kernel_size: Any,
+                   stride: Any, padding: Any, output_size: Any) -> jax.Array:
+  op = _op(name)
+  x = _float_input(name, input)
+  i = _checks.as_array(indices, op, "indices")
+  if not jnp.issubdtype(i.dtype, jnp.integer):
+    raise _checks.type_error(op, "indices", f"an array of dtype {i.dtype}",
+                             "an integer array (torch's int64 indices)")
+  static = (name, nd, x.shape, i.shape, kernel_size, stride, padding, output_size)
+  cfg = _UNPOOL(_checks.cache_key(*static), *static)
+  plane = math.prod(cfg.out[len(cfg.out) - nd:])
+  if math.prod(cfg.out) and not _checks.is_traced(i) and bool(_bad_index(i, plane)):
+    flat = np.asarray(i).reshape(-1)
+    bad = int(flat[(flat < 0) | (flat >= plane)][0])
+    raise _checks.value_error(op, "indices", f"an array holding {bad}",
+                              f"indices in [0, {plane}), the size of an output plane "
+                              f"{cfg.out[len(cfg.out) - nd:]} (Found an invalid max index)")
+  return _unpool_jit(x, i, cfg)
+
+
+_UNPOOL_DOC = """``torch.nn.functional.max_unpool{nd}d``: the partial inverse of ``max_pool{nd}d``.
+
+  Each element of ``input`` goes to the position ``indices`` names within its ``(N, C)`` plane
+  of the output (torch's per-plane flat index, as ``max_pool{nd}d(..., return_indices=True)``
+  returns it); the rest is zero. The output's spatial size per axis is ``output_size`` or the
+  default ``(n - 1) * stride - 2 * padding + kernel_size``; the indices are read in the output's
+  plane whichever it is. Where two elements of a plane name the same position, the later one
+  (row-major in ``input``) is kept: torch's CPU result (with one thread; see
+  docs/DEVIATIONS.md, jaxops.torch 5). Linear in ``input``; the gradient gathers the cotangent
+  at the kept positions (zero for an element overwritten by a later one).
+
+  Out-of-range indices: torch raises, and so does this (ValueError) when ``indices`` is
+  concrete; under ``jax.jit``/``vmap``, where it cannot be checked, such elements are dropped.
+
+  Args:
+    input: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16, bfloat16, float32 or float64.
+    indices: integer array of ``input``'s shape (int64 in torch; any integer dtype here).
+    kernel_size: an int or one per spatial axis.
+    stride: an int or one per axis; default ``kernel_size``.
+    padding: an int or one per axis.
+    output_size: the spatial output size, alone or after two leading entries (which are
+      ignored, as torch ignores them); each strictly between ``default - stride`` and
+      ``default + stride``.
+
+  Returns:
+    ``(N, C, *output_size)`` (or ``(C, *output_size)``), of ``input``'s dtype.
+
+  Raises:
+    ValueError: wrong rank, mismatched ``indices``, an empty non-batch axis, an
+      ``output_size`` of the wrong length or out of range, a negative output size, an index
+      outside its output plane (concrete indices).
+    TypeError: non-integer or traced sizes, a non-float input, non-integer indices.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> y, i = F.max_pool{nd}d(jnp.arange(8.0).reshape({shape}), 2, return_indices=True)
+    >>> F.max_unpool{nd}d(y, i, 2).ravel().tolist()
+    {out}
+  """
+
+
+def max_unpool1d(input: ArrayLike, indices: ArrayLike, kernel_size: Any, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None) -> jax.Array:
+  return _max_unpool_nd("max_unpool1d", 1, input, indices, kernel_size, stride, padding,
+                        output_size)
+
+
+def max_unpool2d(input: ArrayLike, indices: ArrayLike, kernel_size: Any, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None) -> jax.Array:
+  return _max_unpool_nd("max_unpool2d", 2, input, indices, kernel_size, stride, padding,
+                        output_size)
+
+
+def max_unpool3d(input: ArrayLike, indices: ArrayLike, kernel_size: Any, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None) -> jax.Array:
+  return _max_unpool_nd("max_unpool3d", 3, input, indices, kernel_size, stride, padding,
+                        output_size)
+
+
+max_unpool1d.__doc__ = _UNPOOL_DOC.format(
+    nd=1, shape="1, 1, 8", out="[0.0, 1.0, 0.0, 3.0, 0.0, 5.0, 0.0, 7.0]")
+max_unpool2d.__doc__ = _UNPOOL_DOC.format(
+    nd=2, shape="1, 2, 4", out="[0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 0.0, 7.0]")
+max_unpool3d.__doc__ = _UNPOOL_DOC.format(
+    nd=3, shape="1, 2, 2, 2", out="[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0]")
+
+
+@dataclasses.dataclass(frozen=True)
+class _AdaptiveMax:
+  """The static plan of ``adaptive_max_pool{nd}d``: (in, out) per pooled axis."""
+
+  axes: tuple[tuple[int, int], ...]
+  indices: bool
+
+
+def _amax_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any,
+                 return_indices: Any) -> _AdaptiveMax:
+  op = _op(name)
+  ind = _checks.static_bool(op, "return_indices", return_indices)
+  axes = _adaptive_config(name, nd, shape, output_size).axes
+  plane = math.prod(n for n, _ in axes)
+  if ind and plane > np.iinfo(_max_pool._index_dtype()).max:
+    raise ValueError(f"{op}: an input plane of {plane} elements is more than "
+                     f"{_max_pool._index_dtype().name} indices can address; enable "
+                     f"jax_enable_x64 for int64 indices")
+  return _AdaptiveMax(axes, ind)
+
+
+_AMAX = _checks.ConfigCache(_amax_config)
+
+@functools.lru_cache(maxsize=512)
+def _amax_table(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+  """``(n_out, K)`` input positions of each window (its last one repeated up to ``K``, the
+  longest window) and the mask of the positions that are the window's own."""
+  o = np.arange(n_out, dtype=np.int64)
+  start = (o * n_in) // n_out
+  end = -((-(o + 1) * n_in) // n_out)
+  k = int((end - start).max())
+  j = np.arange(k)[None, :]
+  table = np.minimum(start[:, None] + j, end[:, None] - 1)
+  live = j < (end - start)[:, None]
+  table.setflags(write=False)
+  live.setflags(write=False)
+  return table, live
+
+
+@functools.lru_cache(maxsize=256)
+def _amax_plan(axes: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
+  """Static tables of the joint window ``(m1, K1, m2, K2, ...)``: each tap's flat position in
+  the input plane (row-major, so increasing in the window's scan order), and the same with -1
+  on the repeated taps."""
+  spatial = [n for n, _ in axes]
+  pos: np.ndarray = np.zeros((), np.int64)
+  live: np.ndarray = np.ones((), bool)
+  for d, (n_in, n_out) in enumerate(axes):
+    table, own = _amax_table(n_in, n_out)
+    pos = np.add.outer(pos, table * math.prod(spatial[d + 1:]))
+    live = np.multiply.outer(live, own)
+  sel = np.where(live, pos, -1)
+  pos.setflags(write=False)
+  sel.setflags(write=False)
+  return pos, sel
+
+
+def _amax_windows(v: jax.Array, axes: tuple[tuple[int, int], ...]) -> jax.Array:
+  """``v`` with each pooled axis replaced by (window, tap): a reshape where the windows tile
+  the axis, else one gather of the static table."""
+  lead = v.ndim - len(axes)
+  for d, (n_in, n_out) in enumerate(axes):
+    a = lead + 2 * d
+    table, _ = _amax_table(n_in, n_out)
+    shape = v.shape[:a] + table.shape + v.shape[a + 1:]
+    if n_in % n_out:
+      v = jnp.take(v, jnp.asarray(table.reshape(-1).astype(np.int32)), axis=a, mode="clip")
+    v = v.reshape(shape)
+  return v
+
+
+def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Array,
+                                                                             jax.Array]:
+  """(maximum, torch's per-plane index) of every adaptive window.
+
+  Torch scans a window row-major and takes an element when it is greater than the running
+  maximum or NaN: ties go to the first maximum, and a window holding NaN gives NaN at its last
+  NaN. The taps' plane positions increase in scan order, so that index is the smallest
+  position holding the maximum, or the largest holding NaN: two reductions over the window
+  axes after the maximum itself. A repeated tap (the padding of a short window) names an
+  element of the window again and changes neither.
+  """
+  lead = x.ndim - len(axes)
+  red = tuple(lead + 2 * d + 1 for d in range(len(axes)))
+  dtype = _max_pool._index_dtype()
+  pos, _ = _amax_plan(axes)
+  c = jnp.asarray(pos.astype(dtype).reshape((1,) * lead + pos.shape))
+  g = _amax_windows(x, axes)
+  best = jnp.max(g, axis=red)
+  hit = g == jnp.expand_dims(best, red)
+  first = jnp.min(jnp.where(hit, c, np.array(np.iinfo(dtype).max, dtype)), axis=red)
+  last_nan = jnp.max(jnp.where(jnp.isnan(g), c, np.array(-1, dtype)), axis=red)
+  return best, jnp.where(last_nan >= 0, last_nan, first)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _amax(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Array, jax.Array]:
+  return _amax_forward(x, axes)
+
+
+@_amax.defjvp
+def _amax_jvp(axes: tuple[tuple[int, int], ...], primals: tuple[Any, ...],
+              tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  """The tangent of the selected element: a one-hot select over the same windows (each
+  element once: repeated taps never match), so the backward pass is its transpose."""
+  (x,), (t,) = primals, tangents
+  y, pos = _amax_forward(x, axes)
+  lead = x.ndim - len(axes)
+  red = tuple(lead + 2 * d + 1 for d in range(len(axes)))
+  _, sel = _amax_plan(axes)
+  c = jnp.asarray(sel.astype(pos.dtype).reshape((1,) * lead + sel.shape))
+  pick = c == jnp.expand_dims(lax.stop_gradient(pos), red)
+  ty = jnp.sum(jnp.where(pick, _amax_windows(t, axes), np.zeros((), t.dtype)), axis=red)
+  return (y, pos), (ty, np.zeros(pos.shape, jax.dtypes.float0))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _amax_jit(x: jax.Array, cfg: _AdaptiveMax) -> Any:
+  nd = len(cfg.axes)
+  shape = x.shape[:x.ndim - nd] + tuple(o for _, o in cfg.axes)
+  if math.prod(shape) == 0:
+    y, i = jnp.zeros(shape, x.dtype), jnp.zeros(shape, _max_pool._index_dtype())
+  else:
+    y, i = _amax(x, cfg.axes)
+  return (y, i) if cfg.indices else y
+
+
+def _adaptive_max(name: str, nd: int, input: ArrayLike, output_size: Any,
+                  return_indices: Any) -> Any:
+  x = _float_input(name, input)
+  static = (name, nd, x.shape, output_size, return_indices)
+  cfg = _AMAX(_checks.cache_key(*static), *static)
+  return _amax_jit(x, cfg)
+
+
+_AMAX_DOC = """``torch.nn.functional.adaptive_max_pool{nd}d`` on ``(N, C, *spatial)`` or
+  ``(C, *spatial)``.
+
+  Per axis, output ``o`` of ``n -> m`` takes the maximum over input
+  ``[floor(o * n / m), ceil((o + 1) * n / m))`` (windows of uneven length where ``m`` does not
+  divide ``n``); the window is the product of the per-axis ones. As torch's CPU kernel, the
+  window is scanned row-major and an element is taken when it is greater than the running
+  maximum or NaN: ties go to the first maximum, and a window holding NaN gives NaN, indexed at
+  its last NaN. ``return_indices`` gives torch's indices: the flat position of the maximum
+  within its ``(N, C)`` plane of the input (for ``max_unpool{nd}d``). The gradient goes to that
+  element (summed where windows share it), as torch's autograd.
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array.
+    output_size: {size_arg}
+    return_indices: also return the indices (int64; int32 without JAX's 64-bit mode).
+
+  Returns:
+    The pooled array (``input``'s dtype), or the pair (pooled, indices).
+
+  Raises:
+    ValueError: wrong rank, an empty non-batch axis, a negative size, a sequence of the wrong
+      length.
+    TypeError: a non-integer or traced size, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> y, i = F.adaptive_max_pool{nd}d(jnp.array({x}), {out}, return_indices=True)
+    >>> y.ravel().tolist(), i.ravel().tolist()
+    {result}
+  """
+
+
+def adaptive_max_pool1d(input: ArrayLike, output_size: Any,
+                        return_indices: bool = False) -> Any:
+  return _adaptive_max("adaptive_max_pool1d", 1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input: ArrayLike, output_size: Any,
+                        return_indices: bool = False) -> Any:
+  return _adaptive_max("adaptive_max_pool2d", 2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input: ArrayLike, output_size: Any,
+                        return_indices: bool = False) -> Any:
+  return _adaptive_max("adaptive_max_pool3d", 3, input, output_size, return_indices)
+
+
+adaptive_max_pool1d.__doc__ = _AMAX_DOC.format(
+    nd=1, size_arg="the output length ``m`` (an int or a 1-tuple).",
+    x="[[[1.0, 3.0, 3.0, 2.0, 0.0]]]", out=3, result="([3.0, 3.0, 2.0], [1, 1, 3])")
+adaptive_max_pool2d.__doc__ = _AMAX_DOC.format(
+    nd=2, size_arg="``m`` for both axes, or ``(mH, mW)``; a ``None`` entry keeps that size.",
+    x="[[[1.0, 5.0, 2.0], [4.0, 3.0, 6.0]]]", out="(1, 2)", result="([5.0, 6.0], [1, 5])")
+adaptive_max_pool3d.__doc__ = _AMAX_DOC.format(
+    nd=3, size_arg="``m`` for every axis, or ``(mD, mH, mW)``; a ``None`` entry keeps that "
+    "size.", x="[[[[1.0, 2.0], [7.0, 4.0]]]]", out=1, result="([7.0], [2])")
