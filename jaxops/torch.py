@@ -23,7 +23,7 @@ How each maps onto jaxops:
   ``input ** norm_type``.
 - ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
   is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel.
-- ``max_unpool1d/2d/3d``: ``jaxops.max_unpool``'s scatter (of repeated indices the later one is
+- ``max_unpool1d/2d/3d``: one scatter with ``jaxops.max_unpool``'s rule (of repeated indices the later is
   kept), with torch's per-plane indices read in the plane of the output size as given.
 - ``adaptive_max_pool1d/2d/3d``: the same static windows (a reshape where they tile an axis,
   else one gather of a static table per axis), a max reduce, and torch's index (first maximum
@@ -997,7 +997,7 @@ lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152
 
 from jax import lax  # noqa: E402  (imports kept inside this self-contained section)
 
-from jaxops import _max_pool  # noqa: E402
+from jaxops import _max_pool as _max_pool_op  # noqa: E402
 
 @dataclasses.dataclass(frozen=True)
 class _Unpool:
@@ -1069,15 +1069,26 @@ def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   out = cfg.out
   if math.prod(out) == 0:
     return jnp.zeros(out, x.dtype)
-  lead = out[:len(out) - cfg.nd]
-  plane = math.prod(out[len(lead):])
-  planes = math.prod(lead)
-  dtype = _max_pool._index_dtype()
+  planes = math.prod(out[:len(out) - cfg.nd])
+  plane = math.prod(out[len(out) - cfg.nd:])
+  size = planes * plane
+  dtype = _max_pool_op._index_dtype()
   i = indices.astype(dtype).reshape(planes, -1)
+  count = i.size
   base = jnp.arange(planes, dtype=dtype).reshape(planes, 1) * np.array(plane, dtype)
-  # Torch's per-plane index as a flat index of the whole output; out of its plane: dropped.
-  flat = jnp.where((i >= 0) & (i < plane), i + base, np.array(-1, dtype))
-  return _max_pool._max_unpool(x, flat.reshape(x.shape), _max_pool._UnpoolPlan(out, out))
+  # Torch's per-plane index as a flat index of the whole output; out of its plane: the spare
+  # slot ``size``.
+  flat = jnp.where((i >= 0) & (i < plane), i + base, np.array(size, dtype)).reshape(-1)
+  order = jnp.arange(count, dtype=dtype)
+  # The last writer of each position (torch's loop order), then one write per element to a
+  # slot of its own: a kept element to its position, any other past the end. The indices of
+  # that scatter are unique, so it is linear in x with a gather as its transpose.
+  last = jnp.full((size + 1,), -1, dtype).at[flat].max(order, mode="promise_in_bounds")
+  keep = (last[flat] == order) & (flat < size)
+  target = jnp.where(keep, flat, order + size)
+  y = jnp.zeros((size + count,), x.dtype).at[target].set(
+      x.reshape(-1), mode="promise_in_bounds", unique_indices=True)
+  return y[:size].reshape(out)
 
 
 def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, kernel_size: Any,
@@ -1181,9 +1192,9 @@ def _amax_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any,
   ind = _checks.static_bool(op, "return_indices", return_indices)
   axes = _adaptive_config(name, nd, shape, output_size).axes
   plane = math.prod(n for n, _ in axes)
-  if ind and plane > np.iinfo(_max_pool._index_dtype()).max:
+  if ind and plane > np.iinfo(_max_pool_op._index_dtype()).max:
     raise ValueError(f"{op}: an input plane of {plane} elements is more than "
-                     f"{_max_pool._index_dtype().name} indices can address; enable "
+                     f"{_max_pool_op._index_dtype().name} indices can address; enable "
                      f"jax_enable_x64 for int64 indices")
   return _AdaptiveMax(axes, ind)
 
@@ -1251,7 +1262,7 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   """
   lead = x.ndim - len(axes)
   red = tuple(lead + 2 * d + 1 for d in range(len(axes)))
-  dtype = _max_pool._index_dtype()
+  dtype = _max_pool_op._index_dtype()
   pos, _ = _amax_plan(axes)
   c = jnp.asarray(pos.astype(dtype).reshape((1,) * lead + pos.shape))
   g = _amax_windows(x, axes)
@@ -1288,7 +1299,7 @@ def _amax_jit(x: jax.Array, cfg: _AdaptiveMax) -> Any:
   nd = len(cfg.axes)
   shape = x.shape[:x.ndim - nd] + tuple(o for _, o in cfg.axes)
   if math.prod(shape) == 0:
-    y, i = jnp.zeros(shape, x.dtype), jnp.zeros(shape, _max_pool._index_dtype())
+    y, i = jnp.zeros(shape, x.dtype), jnp.zeros(shape, _max_pool_op._index_dtype())
   else:
     y, i = _amax(x, cfg.axes)
   return (y, i) if cfg.indices else y
