@@ -23,8 +23,9 @@ How each maps onto jaxops:
   ``input ** norm_type``.
 - ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
   is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel.
-- ``max_unpool1d/2d/3d``: one scatter with ``jaxops.max_unpool``'s rule (of repeated indices the later is
-  kept), with torch's per-plane indices read in the plane of the output size as given.
+- ``max_unpool1d/2d/3d``: ``jaxops.max_unpool``'s rule (of repeated indices the later one is
+  kept) as one scatter to distinct slots, with torch's per-plane indices read in the plane of
+  the output size as given.
 - ``adaptive_max_pool1d/2d/3d``: the same static windows (a reshape where they tile an axis,
   else one gather of a static table per axis), a max reduce, and torch's index (first maximum
   in row-major scan order; a window holding NaN gives NaN at its last NaN) from a static table
@@ -992,8 +993,8 @@ lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152
 
 
 # --- max unpooling and adaptive max pooling ----------------------------------------------------
-# torch's per-(N, C)-plane indices on jaxops.max_unpool's scatter; adaptive max pooling on static
-# per-axis window tables, one pass per axis from the last (torch's row-major scan order).
+# torch's per-(N, C)-plane indices with jaxops.max_unpool's rule for repeats; adaptive max pooling
+# on static window tables with torch's scan rule for ties and NaN.
 
 from jax import lax  # noqa: E402  (imports kept inside this self-contained section)
 
