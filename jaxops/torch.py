@@ -996,7 +996,9 @@ lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152
 # torch's per-(N, C)-plane indices with jaxops.max_unpool's rule for repeats; adaptive max pooling
 # on static window tables with torch's scan rule for ties and NaN.
 
-from jax import lax  # noqa: E402  (imports kept inside this self-contained section)
+import itertools  # noqa: E402  (imports kept inside this self-contained section)
+
+from jax import lax  # noqa: E402
 
 from jaxops import _max_pool as _max_pool_op  # noqa: E402
 
@@ -1203,37 +1205,28 @@ def _amax_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any,
 _AMAX = _checks.ConfigCache(_amax_config)
 
 @functools.lru_cache(maxsize=512)
-def _amax_table(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
-  """``(n_out, K)`` input positions of each window (its last one repeated up to ``K``, the
-  longest window) and the mask of the positions that are the window's own."""
+def _amax_table(n_in: int, n_out: int) -> np.ndarray:
+  """``(n_out, K)`` input positions of each window, its last position repeated up to ``K``
+  (the longest window's length)."""
   o = np.arange(n_out, dtype=np.int64)
   start = (o * n_in) // n_out
   end = -((-(o + 1) * n_in) // n_out)
   k = int((end - start).max())
-  j = np.arange(k)[None, :]
-  table = np.minimum(start[:, None] + j, end[:, None] - 1)
-  live = j < (end - start)[:, None]
+  table = np.minimum(start[:, None] + np.arange(k)[None, :], end[:, None] - 1)
   table.setflags(write=False)
-  live.setflags(write=False)
-  return table, live
+  return table
 
 
 @functools.lru_cache(maxsize=256)
-def _amax_plan(axes: tuple[tuple[int, int], ...]) -> tuple[np.ndarray, np.ndarray]:
-  """Static tables of the joint window ``(m1, K1, m2, K2, ...)``: each tap's flat position in
-  the input plane (row-major, so increasing in the window's scan order), and the same with -1
-  on the repeated taps."""
+def _amax_plan(axes: tuple[tuple[int, int], ...]) -> np.ndarray:
+  """The joint window ``(m1, K1, m2, K2, ...)``: each tap's flat position in the input plane
+  (row-major, so never decreasing in the window's scan order)."""
   spatial = [n for n, _ in axes]
   pos: np.ndarray = np.zeros((), np.int64)
-  live: np.ndarray = np.ones((), bool)
   for d, (n_in, n_out) in enumerate(axes):
-    table, own = _amax_table(n_in, n_out)
-    pos = np.add.outer(pos, table * math.prod(spatial[d + 1:]))
-    live = np.multiply.outer(live, own)
-  sel = np.where(live, pos, -1)
+    pos = np.add.outer(pos, _amax_table(n_in, n_out) * math.prod(spatial[d + 1:]))
   pos.setflags(write=False)
-  sel.setflags(write=False)
-  return pos, sel
+  return pos
 
 
 def _amax_windows(v: jax.Array, axes: tuple[tuple[int, int], ...]) -> jax.Array:
@@ -1242,12 +1235,17 @@ def _amax_windows(v: jax.Array, axes: tuple[tuple[int, int], ...]) -> jax.Array:
   lead = v.ndim - len(axes)
   for d, (n_in, n_out) in enumerate(axes):
     a = lead + 2 * d
-    table, _ = _amax_table(n_in, n_out)
+    table = _amax_table(n_in, n_out)
     shape = v.shape[:a] + table.shape + v.shape[a + 1:]
     if n_in % n_out:
       v = jnp.take(v, jnp.asarray(table.reshape(-1).astype(np.int32)), axis=a, mode="clip")
     v = v.reshape(shape)
   return v
+
+
+# Joint windows of at most this many taps are scanned tap by tap (selects on slices, fused into
+# one pass); larger ones are reduced along their tap axes.
+_AMAX_SCAN_TAPS = 48
 
 
 def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Array,
@@ -1256,17 +1254,32 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
 
   Torch scans a window row-major and takes an element when it is greater than the running
   maximum or NaN: ties go to the first maximum, and a window holding NaN gives NaN at its last
-  NaN. The taps' plane positions increase in scan order, so that index is the smallest
-  position holding the maximum, or the largest holding NaN: two reductions over the window
-  axes after the maximum itself. A repeated tap (the padding of a short window) names an
-  element of the window again and changes neither.
+  NaN. Small windows run that scan over their taps. For larger ones: the taps' plane
+  positions increase in scan order, so the index is the smallest position holding the
+  maximum, or the largest holding NaN, two reductions after the maximum itself. A repeated
+  tap (the padding of a short window) names an element of the window again and changes
+  neither.
   """
   lead = x.ndim - len(axes)
-  red = tuple(lead + 2 * d + 1 for d in range(len(axes)))
   dtype = _max_pool_op._index_dtype()
-  pos, _ = _amax_plan(axes)
-  c = jnp.asarray(pos.astype(dtype).reshape((1,) * lead + pos.shape))
+  pos = _amax_plan(axes).astype(dtype)
+  taps = [range(k) for k in pos.shape[1::2]]
   g = _amax_windows(x, axes)
+  if math.prod(len(t) for t in taps) <= _AMAX_SCAN_TAPS:
+    best = where = None
+    for tap in itertools.product(*taps):
+      at = sum(((slice(None), j) for j in tap), ())
+      v = g[(slice(None),) * lead + at]
+      c = jnp.asarray(pos[at].reshape((1,) * lead + pos[at].shape))
+      if best is None:
+        best, where = v, jnp.broadcast_to(c, v.shape)
+        continue
+      take = (v > best) | jnp.isnan(v)
+      best = jnp.where(take, v, best)
+      where = jnp.where(take, c, where)
+    return best, where
+  red = tuple(lead + 2 * d + 1 for d in range(len(axes)))
+  c = jnp.asarray(pos.reshape((1,) * lead + pos.shape))
   best = jnp.max(g, axis=red)
   hit = g == jnp.expand_dims(best, red)
   first = jnp.min(jnp.where(hit, c, np.array(np.iinfo(dtype).max, dtype)), axis=red)
@@ -1282,16 +1295,13 @@ def _amax(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Array, j
 @_amax.defjvp
 def _amax_jvp(axes: tuple[tuple[int, int], ...], primals: tuple[Any, ...],
               tangents: tuple[Any, ...]) -> tuple[Any, Any]:
-  """The tangent of the selected element: a one-hot select over the same windows (each
-  element once: repeated taps never match), so the backward pass is its transpose."""
+  """The tangent of the selected element: a gather at the index, so the backward pass is a
+  scatter-add of one value per output (torch's backward)."""
   (x,), (t,) = primals, tangents
   y, pos = _amax_forward(x, axes)
-  lead = x.ndim - len(axes)
-  red = tuple(lead + 2 * d + 1 for d in range(len(axes)))
-  _, sel = _amax_plan(axes)
-  c = jnp.asarray(sel.astype(pos.dtype).reshape((1,) * lead + sel.shape))
-  pick = c == jnp.expand_dims(lax.stop_gradient(pos), red)
-  ty = jnp.sum(jnp.where(pick, _amax_windows(t, axes), np.zeros((), t.dtype)), axis=red)
+  planes = math.prod(x.shape[:x.ndim - len(axes)])
+  ty = jnp.take_along_axis(t.reshape(planes, -1), lax.stop_gradient(pos).reshape(planes, -1),
+                           axis=1, mode="clip").reshape(y.shape)
   return (y, pos), (ty, np.zeros(pos.shape, jax.dtypes.float0))
 
 
