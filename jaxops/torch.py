@@ -23,9 +23,10 @@ How each maps onto jaxops:
   ``input ** norm_type``.
 - ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
   is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel.
-- ``max_unpool1d/2d/3d``: ``jaxops.max_unpool``'s rule (of repeated indices the later one is
-  kept) as one scatter to distinct slots, with torch's per-plane indices read in the plane of
-  the output size as given.
+- ``max_unpool1d/2d/3d``: torch's per-plane indices read in the plane of the output size as
+  given. Where the pooling's windows do not overlap and every index lies in its own window (as
+  max_pool's do; checked at run time), one select into per-element blocks; otherwise
+  ``jaxops.max_unpool``'s rule (of repeated indices the later one is kept) as one scatter.
 - ``adaptive_max_pool1d/2d/3d``: the same static windows (a reshape where they tile an axis,
   else one gather of a static table per axis), a max reduce, and torch's index (first maximum
   in row-major scan order; a window holding NaN gives NaN at its last NaN) from a static table
@@ -997,6 +998,7 @@ lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152
 # on static window tables with torch's scan rule for ties and NaN.
 
 import itertools  # noqa: E402  (imports kept inside this self-contained section)
+import operator  # noqa: E402
 
 from jax import lax  # noqa: E402
 
@@ -1004,10 +1006,14 @@ from jaxops import _max_pool as _max_pool_op  # noqa: E402
 
 @dataclasses.dataclass(frozen=True)
 class _Unpool:
-  """The static plan of ``max_unpool{nd}d``: the full output shape and the pooled rank."""
+  """The static plan of ``max_unpool{nd}d``: the full output shape, the pooled rank, and the
+  pooling's windows (kernel, stride, padding per axis)."""
 
   out: tuple[int, ...]
   nd: int
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
 
 
 def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[int, ...],
@@ -1056,7 +1062,7 @@ def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[in
                                 else tuple(out),
                                 f"non-negative spatial sizes (kernel_size {k}, stride {s}, "
                                 f"padding {p} give {tuple(out)})")
-  return _Unpool(tuple(shape[:len(shape) - nd]) + tuple(int(o) for o in out), nd)
+  return _Unpool(tuple(shape[:len(shape) - nd]) + tuple(int(o) for o in out), nd, k, s, p)
 
 
 _UNPOOL = _checks.ConfigCache(_unpool_config)
@@ -1067,11 +1073,9 @@ def _bad_index(indices: jax.Array, plane: int) -> jax.Array:
   return jnp.any((indices < 0) | (indices >= plane))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Any indices: one scatter to distinct slots."""
   out = cfg.out
-  if math.prod(out) == 0:
-    return jnp.zeros(out, x.dtype)
   planes = math.prod(out[:len(out) - cfg.nd])
   plane = math.prod(out[len(out) - cfg.nd:])
   size = planes * plane
@@ -1092,6 +1096,90 @@ def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   y = jnp.zeros((size + count,), x.dtype).at[target].set(
       x.reshape(-1), mode="promise_in_bounds", unique_indices=True)
   return y[:size].reshape(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _unpool_blocks(cfg: _Unpool, n: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+  """Static tables over the blocks ``(n1, s1, n2, s2, ...)`` (input position, position in its
+  stride-long block per axis): the per-plane index that block position holds once the
+  padding is taken off, and whether it is a tap of the element's window inside the output."""
+  size = cfg.out[len(cfg.out) - cfg.nd:]
+  index: np.ndarray = np.zeros((), np.int64)
+  valid: np.ndarray = np.ones((), bool)
+  for d in range(cfg.nd):
+    o = np.arange(n[d])[:, None] * cfg.stride[d] - cfg.pad[d]
+    j = np.arange(cfg.stride[d])[None, :]
+    index = np.add.outer(index, (o + j) * math.prod(size[d + 1:]))
+    valid = np.multiply.outer(valid, (j < cfg.kernel[d]) & (o + j >= 0) & (o + j < size[d]))
+  index.setflags(write=False)
+  valid.setflags(write=False)
+  return index, valid
+
+
+def _unpool_hits(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Array:
+  """Per block position: does the element's index name it (and is it a tap of its window)."""
+  lead = indices.ndim - cfg.nd
+  index, valid = _unpool_blocks(cfg, n)
+  dtype = _max_pool_op._index_dtype()
+  shape = indices.shape[:lead] + sum(((m, 1) for m in n), ())
+  # A valid block position holds an index >= 0; -1 on the others, masked out.
+  table = jnp.asarray(np.where(valid, index, -1).astype(dtype).reshape((1,) * lead +
+                                                                       index.shape))
+  return (indices.astype(dtype).reshape(shape) == table) & (table >= 0)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Indices that each lie in their own window of a pooling whose windows do not overlap:
+  every input element owns a block of ``stride`` positions per axis, so the output is one
+  select into those blocks, then a pad (or crop) by the padding and the output size."""
+  nd = cfg.nd
+  lead = x.ndim - nd
+  n = x.shape[lead:]
+  size = cfg.out[len(cfg.out) - nd:]
+  blocks = x.shape[:lead] + sum(((m, 1) for m in n), ())
+  y = jnp.where(_unpool_hits(indices, cfg, n), x.reshape(blocks), np.zeros((), x.dtype))
+  y = y.reshape(x.shape[:lead] + tuple(m * st for m, st in zip(n, cfg.stride)))
+  config = [(0, 0, 0)] * lead + [(-p, o - (m * st - p), 0)
+                                 for p, o, m, st in zip(cfg.pad, size, n, cfg.stride)]
+  return lax.pad(y, np.zeros((), x.dtype), config)
+
+
+@_unpool_local.defjvp
+def _unpool_local_jvp(cfg: _Unpool, primals: tuple[Any, ...],
+                      tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  """The same map written per window tap as an interior-padded pad of the elements that name
+  the tap, so that its transpose (the backward pass) is strided slices and selects."""
+  (x, indices), (t, _) = primals, tangents
+  nd = cfg.nd
+  lead = x.ndim - nd
+  n = x.shape[lead:]
+  size = cfg.out[len(cfg.out) - nd:]
+  hits = _unpool_hits(indices, cfg, n)
+  zero = np.zeros((), t.dtype)
+  placed = []
+  for tap in itertools.product(*[range(k) for k in cfg.kernel]):
+    hit = hits[(slice(None),) * lead + sum(((slice(None), j) for j in tap), ())]
+    config = [(0, 0, 0)] * lead + [(j - p, o - ((m - 1) * st + 1 + j - p), st - 1)
+                                   for j, p, o, m, st in zip(tap, cfg.pad, size, n, cfg.stride)]
+    placed.append(lax.pad(jnp.where(hit, t, zero), zero, config))
+  return _unpool_local(x, indices, cfg), functools.reduce(operator.add, placed)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  if math.prod(cfg.out) == 0:
+    return jnp.zeros(cfg.out, x.dtype)
+  if not all(1 <= k <= s for k, s in zip(cfg.kernel, cfg.stride)):
+    return _unpool_scatter(x, indices, cfg)
+  # Windows that do not overlap (stride >= kernel), as max_pool's indices of them always
+  # satisfy: no two elements can name one position, and placing them needs no scatter.
+  n = x.shape[x.ndim - cfg.nd:]
+  lead = x.ndim - cfg.nd
+  local = jnp.all(jnp.any(_unpool_hits(indices, cfg, n),
+                          axis=tuple(lead + 2 * d + 1 for d in range(cfg.nd))))
+  return lax.cond(local, lambda v, i: _unpool_local(v, i, cfg),
+                  lambda v, i: _unpool_scatter(v, i, cfg), x, indices)
 
 
 def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, kernel_size: Any,
@@ -1266,14 +1354,17 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   taps = [range(k) for k in pos.shape[1::2]]
   g = _amax_windows(x, axes)
   if math.prod(len(t) for t in taps) <= _AMAX_SCAN_TAPS:
-    best = where = None
-    for tap in itertools.product(*taps):
+
+    def tap_of(tap: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
       at = sum(((slice(None), j) for j in tap), ())
-      v = g[(slice(None),) * lead + at]
-      c = jnp.asarray(pos[at].reshape((1,) * lead + pos[at].shape))
-      if best is None:
-        best, where = v, jnp.broadcast_to(c, v.shape)
-        continue
+      return g[(slice(None),) * lead + at], jnp.asarray(pos[at].reshape((1,) * lead +
+                                                                         pos[at].shape))
+
+    order = list(itertools.product(*taps))
+    best, c = tap_of(order[0])
+    where = jnp.broadcast_to(c, best.shape)
+    for tap in order[1:]:
+      v, c = tap_of(tap)
       take = (v > best) | jnp.isnan(v)
       best = jnp.where(take, v, best)
       where = jnp.where(take, c, where)

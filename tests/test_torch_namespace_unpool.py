@@ -86,6 +86,24 @@ def _kept(idx: np.ndarray, nd: int) -> np.ndarray:
   return kept.reshape(idx.shape)
 
 
+def _own_window_indices(rng: np.random.Generator, shape: tuple, nd: int, k: list, s: list,
+                        p: list, out: list) -> np.ndarray | None:
+  """Per-plane indices that each name a position of their own pooling window
+  ``[o * s - p, o * s - p + k)`` inside the output (None where a window has none)."""
+  lead = shape[:len(shape) - nd]
+  flat = np.zeros(shape, np.int64)
+  for d in range(nd):
+    o = np.arange(shape[len(lead) + d]) * s[d] - p[d]
+    lo, hi = np.maximum(o, 0), np.minimum(o + k[d], out[d])
+    if np.any(hi <= lo):
+      return None
+    u = rng.random(shape)
+    axis = (1,) * (len(lead) + d) + (-1,) + (1,) * (nd - d - 1)
+    coord = lo.reshape(axis) + np.floor(u * (hi - lo).reshape(axis)).astype(np.int64)
+    flat = flat * out[d] + coord
+  return flat
+
+
 def _unpool_case(rng: np.random.Generator, nd: int) -> tuple | None:
   k = [int(v) for v in rng.integers(1, 4, nd)]
   s = [int(v) for v in rng.integers(1, 4, nd)] if rng.random() < 0.7 else None
@@ -109,7 +127,10 @@ def _unpool_case(rng: np.random.Generator, nd: int) -> tuple | None:
   shape = batch + (int(rng.integers(1, 4)),) + tuple(spatial)
   plane = int(np.prod(out))
   n_in = int(np.prod(spatial))
-  if rng.random() < 0.4 and plane >= n_in:  # distinct positions per plane
+  local = _own_window_indices(rng, shape, nd, k, st, p, out) if rng.random() < 0.35 else None
+  if local is not None:  # each index in its own pooling window, as max_pool's are
+    idx = local
+  elif rng.random() < 0.3 and plane >= n_in:  # distinct positions per plane
     planes = int(np.prod(shape[:len(shape) - nd]))
     idx = np.stack([rng.permutation(plane)[:n_in] for _ in range(planes)]).reshape(shape)
   else:  # repeats likely
@@ -117,7 +138,8 @@ def _unpool_case(rng: np.random.Generator, nd: int) -> tuple | None:
   args: tuple = ()
   if rng.random() < 0.3:  # torch's positional order
     args = (kw.pop("kernel_size"),)
-  return rng.standard_normal(shape), idx.astype(np.int64), args, kw
+  no_overlap = local is not None and all(kv <= sv for kv, sv in zip(k, st))
+  return rng.standard_normal(shape), idx.astype(np.int64), args, kw, no_overlap
 
 
 @pytest.mark.slow
@@ -139,7 +161,7 @@ def test_max_unpool_matches_torch(nd):
       cases.append(case)
   want = []
   with _one_torch_thread():
-    for x, idx, args, kw in cases:
+    for x, idx, args, kw, _ in cases:
       it = torch.tensor(idx)
       y32 = tf(torch.tensor(x.astype(np.float32)), it, *args, **kw).numpy()
       xt = torch.tensor(x, requires_grad=True)
@@ -148,18 +170,21 @@ def test_max_unpool_matches_torch(nd):
       y.backward(torch.tensor(g))
       want.append((y.detach().numpy(), y32, xt.grad.numpy() * _kept(idx, nd), g))
   calls = [lambda v, i, args=args, kw=kw: (jf(v, i, *args, **kw), ())
-           for _, _, args, kw in cases]
+           for _, _, args, kw, _ in cases]
   y64, _, y32, _, grads = _sweep(calls, [c[0] for c in cases], [c[1] for c in cases],
                                  [w[3] for w in want])
   repeats = 0
-  for n, ((x, idx, args, kw), (w64, w32, wg, _)) in enumerate(zip(cases, want)):
+  for n, ((x, idx, args, kw, _), (w64, w32, wg, _)) in enumerate(zip(cases, want)):
     msg = f"{name} {x.shape} {args} {kw}"
     repeats += not _kept(idx, nd).all()
     assert y64[n].dtype == np.float64 and y32[n].dtype == np.float32, msg
     np.testing.assert_array_equal(y64[n], w64, err_msg=msg)
     np.testing.assert_array_equal(y32[n], w32, err_msg=msg)
     np.testing.assert_allclose(grads[n], wg, **GRAD_TOL, err_msg="grad " + msg)
-  assert repeats >= len(cases) // 4  # the sweep does exercise repeated indices
+  # The sweep exercises repeated indices, and indices in their own windows of a pooling whose
+  # windows do not overlap (the scatter-free path).
+  assert repeats >= len(cases) // 5
+  assert sum(c[4] for c in cases) >= len(cases) // 10
 
 
 @pytest.mark.parametrize("nd", [1, 2, 3])
@@ -209,19 +234,34 @@ def test_max_unpool_output_sizes_and_errors_match_torch(nd):
   assert PLAN_SWEEP // 10 <= raised <= PLAN_SWEEP * 3 // 4, raised  # both outcomes represented
 
 
-def test_max_unpool_round_trip_from_max_pool_matches_torch():
-  """The usual use: indices from max_pool{nd}d(return_indices=True), overlapping windows
-  (repeated indices of equal values), output_size the pooled input's size."""
+@pytest.mark.parametrize("window", [(3, 2, 1), (2, 2, 0), (2, 3, 1)])
+def test_max_unpool_round_trip_from_max_pool_matches_torch(window):
+  """The usual use: indices from max_pool{nd}d(return_indices=True), output_size the pooled
+  input's size; overlapping windows (repeated indices of equal values) and windows that do not
+  overlap, where every index lies in its own window (the scatter-free path, which then runs:
+  its condition is checked here too). Values, and gradients where no index repeats."""
+  from jaxops import torch as module
+  k, s, p = window
   rng = np.random.default_rng(11)
   for nd, shape in [(1, (2, 3, 9)), (2, (2, 3, 7, 8)), (3, (1, 2, 5, 6, 5))]:
     x = torch.tensor(rng.standard_normal(shape))
     pool, unpool = getattr(TF, f"max_pool{nd}d"), getattr(TF, f"max_unpool{nd}d")
-    y, i = pool(x, 3, 2, 1, return_indices=True)
+    y, i = pool(x, k, s, p, return_indices=True)
+    y.requires_grad_()
     with _one_torch_thread():
-      want = unpool(y, i, 3, 2, 1, output_size=shape[2:]).numpy()
-    jy, ji = getattr(F, f"max_pool{nd}d")(x.numpy(), 3, 2, 1, return_indices=True)
-    got = getattr(F, f"max_unpool{nd}d")(jy, ji, 3, 2, 1, output_size=shape)
-    np.testing.assert_array_equal(got, want)
+      u = unpool(y, i, k, s, p, output_size=shape[2:])
+    g = rng.standard_normal(shape)
+    u.backward(torch.tensor(g))
+    jy, ji = getattr(F, f"max_pool{nd}d")(x.numpy(), k, s, p, return_indices=True)
+    name = f"max_unpool{nd}d"
+    got = getattr(F, name)(jy, ji, k, s, p, output_size=shape)
+    np.testing.assert_array_equal(got, u.detach().numpy())
+    if k <= s:
+      cfg = module._unpool_config(name, nd, jy.shape, ji.shape, k, s, p, shape)
+      assert bool(jnp.all(jnp.any(module._unpool_hits(ji, cfg, jy.shape[2:]),
+                                  axis=tuple(range(3, 3 + 2 * nd, 2)))))
+      grad = jax.grad(lambda v: jnp.sum(getattr(F, name)(v, ji, k, s, p, output_size=shape) * g))
+      np.testing.assert_allclose(grad(np.asarray(jy, np.float64)), y.grad.numpy(), **GRAD_TOL)
 
 
 def test_max_unpool_repeated_indices_deviation_is_pinned():
@@ -518,3 +558,18 @@ def test_wrong_dtypes_and_shapes_raise():
     F.adaptive_max_pool2d(i, 2)
   with pytest.raises(TypeError, match="jaxops.torch.adaptive_max_pool2d: argument `output_size`"):
     jax.jit(lambda v, s: F.adaptive_max_pool2d(v, s))(x, 2)
+
+
+def test_numerical_gradients_forward_and_reverse():
+  """jax.test_util.check_grads (forward and reverse mode) through both max_unpool
+  paths (windows that do not overlap; overlapping ones) and adaptive_max_pool."""
+  from jax.test_util import check_grads
+  rng = np.random.default_rng(16)
+  x = rng.standard_normal((2, 3, 4, 5))
+  for window in [(2, 2, 0), (3, 2, 1)]:
+    y, i = TF.max_pool2d(torch.tensor(x), *window, return_indices=True)
+    check_grads(lambda v, i=i, w=window: F.max_unpool2d(v, i.numpy(), *w, output_size=(4, 5)),
+                (y.numpy(),), order=1, modes=("fwd", "rev"))
+  check_grads(lambda v: F.adaptive_max_pool2d(v, (3, 2)), (x,), order=1, modes=("fwd", "rev"))
+  check_grads(lambda v: F.adaptive_max_pool1d(v, 2), (rng.standard_normal((2, 40)),), order=1,
+              modes=("fwd", "rev"))
