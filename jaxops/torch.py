@@ -1375,7 +1375,10 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   hit = g == jnp.expand_dims(best, red)
   first = jnp.min(jnp.where(hit, c, np.array(np.iinfo(dtype).max, dtype)), axis=red)
   last_nan = jnp.max(jnp.where(jnp.isnan(g), c, np.array(-1, dtype)), axis=red)
-  return best, jnp.where(last_nan >= 0, last_nan, first)
+  nan = last_nan >= 0
+  # XLA's max reduction does not always propagate NaN: the NaN is set from the index.
+  return (jnp.where(nan, np.array(np.nan, best.dtype), best),
+          jnp.where(nan, last_nan, first))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))

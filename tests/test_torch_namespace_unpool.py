@@ -408,7 +408,8 @@ def test_adaptive_max_pool_plans_match_torch(nd):
 
 def test_adaptive_max_pool_ties_and_nan_rule():
   """torch's scan (``val > max || isnan(val)``, row-major): ties go to the first maximum, a
-  window holding NaN gives NaN at its last NaN. Hand-derived: [1, 3, 3, 2 | nan, 5, nan, 1]
+  window holding NaN gives NaN at its last NaN, short and long windows. Hand-derived:
+  [1, 3, 3, 2 | nan, 5, nan, 1]
   -> (3 at 1, nan at 6); the 2x2 window [[nan, 1], [nan, 5]] -> nan at 2 (the second NaN in
   row-major order); [[1, 5], [5, 5]] -> 5 at 1; all -inf -> -inf at 0."""
   nan, inf = np.nan, np.inf
@@ -417,12 +418,28 @@ def test_adaptive_max_pool_ties_and_nan_rule():
            ("adaptive_max_pool2d", [[[[nan, 1.0], [nan, 5.0]]]], 1, [nan], [2]),
            ("adaptive_max_pool2d", [[[[1.0, 5.0], [5.0, 5.0]]]], 1, [5.0], [1]),
            ("adaptive_max_pool3d", [[[[[-inf, -inf]], [[-inf, -inf]]]]], 1, [-inf], [0])]
+  # A window too long to scan tap by tap (20 x 20), holding +inf and two NaN: NaN at the
+  # second NaN, 15 * 20 + 2.
+  big = np.zeros((1, 1, 20, 20))
+  big[0, 0, 3, 4], big[0, 0, 5, 6], big[0, 0, 15, 2] = inf, nan, nan
+  cases.append(("adaptive_max_pool2d", big, 1, [nan], [302]))
   for name, x, size, values, idx in cases:
     x = np.array(x)
     for out in (getattr(TF, name)(torch.tensor(x), size, True),
                 getattr(F, name)(x, size, True)):
       np.testing.assert_array_equal(np.asarray(out[0]).ravel(), values, err_msg=name)
       assert np.asarray(out[1]).ravel().tolist() == idx, name
+  # Long windows of data full of NaN and +-inf (XLA's max reduction alone drops some NaN
+  # there): torch as the oracle.
+  rng = np.random.default_rng(17)
+  x = rng.integers(-2, 3, (2, 2, 11, 10, 10)).astype(np.float64)
+  x[rng.random(x.shape) < 0.15] = nan
+  x[rng.random(x.shape) < 0.1] = -inf
+  x[rng.random(x.shape) < 0.05] = inf
+  yt, it = TF.adaptive_max_pool3d(torch.tensor(x), 1, True)
+  y, i = F.adaptive_max_pool3d(x, 1, True)
+  np.testing.assert_array_equal(y, yt.numpy())
+  np.testing.assert_array_equal(i, it.numpy())
 
 
 def test_adaptive_max_pool_half_precision_matches_torch():
