@@ -1375,10 +1375,13 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   hit = g == jnp.expand_dims(best, red)
   first = jnp.min(jnp.where(hit, c, np.array(np.iinfo(dtype).max, dtype)), axis=red)
   last_nan = jnp.max(jnp.where(jnp.isnan(g), c, np.array(-1, dtype)), axis=red)
-  nan = last_nan >= 0
-  # XLA's max reduction does not always propagate NaN: the NaN is set from the index.
-  return (jnp.where(nan, np.array(np.nan, best.dtype), best),
-          jnp.where(nan, last_nan, first))
+  where = jnp.where(last_nan >= 0, last_nan, first)
+  # The value read at the index: XLA's max reduction can drop a NaN, and returns either zero
+  # of a window whose maximum is both +0 and -0 (torch: the first).
+  planes = math.prod(x.shape[:lead])
+  value = jnp.take_along_axis(x.reshape(planes, -1), where.reshape(planes, -1), axis=1,
+                              mode="clip")
+  return value.reshape(where.shape), where
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))

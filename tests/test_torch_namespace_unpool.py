@@ -440,6 +440,13 @@ def test_adaptive_max_pool_ties_and_nan_rule():
   y, i = F.adaptive_max_pool3d(x, 1, True)
   np.testing.assert_array_equal(y, yt.numpy())
   np.testing.assert_array_equal(i, it.numpy())
+  # A long window whose maximum is -0 (first, at 2 * 20 + 3) and +0: torch's -0 at 43.
+  x = np.full((1, 1, 20, 20), -1.0)
+  x[0, 0, 2, 3], x[0, 0, 9, 9] = -0.0, 0.0
+  y, i = F.adaptive_max_pool2d(x, 1, True)
+  yt, it = TF.adaptive_max_pool2d(torch.tensor(x), 1, True)
+  assert np.signbit(yt.numpy()).all() and it.item() == 43
+  assert np.signbit(np.asarray(y)).all() and int(i[0, 0, 0, 0]) == 43
 
 
 def test_adaptive_max_pool_half_precision_matches_torch():
