@@ -1004,6 +1004,7 @@ from jax import lax  # noqa: E402
 
 from jaxops import _max_pool as _max_pool_op  # noqa: E402
 
+
 @dataclasses.dataclass(frozen=True)
 class _Unpool:
   """The static plan of ``max_unpool{nd}d``: the full output shape, the pooled rank, and the
@@ -1023,8 +1024,8 @@ def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[in
     raise ValueError(f"{op}: Input to max_unpooling{nd}d should be a {nd + 1}d or {nd + 2}d "
                      f"Tensor, but got a tensor with {len(shape)} dimensions")
   if tuple(i_shape) != tuple(shape):
-    raise _checks.value_error(op, "indices", f"an array of shape {tuple(i_shape)}",
-                              f"of the shape of input {tuple(shape)}")
+    raise ValueError(f"{op}: argument `indices` must have the shape of input {tuple(shape)}; "
+                     f"got shape {tuple(i_shape)}")
   for d in range(len(shape) - nd - 1, len(shape)):
     if shape[d] == 0:
       raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
@@ -1188,17 +1189,17 @@ def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, ker
   x = _float_input(name, input)
   i = _checks.as_array(indices, op, "indices")
   if not jnp.issubdtype(i.dtype, jnp.integer):
-    raise _checks.type_error(op, "indices", f"an array of dtype {i.dtype}",
-                             "an integer array (torch's int64 indices)")
+    raise TypeError(f"{op}: argument `indices` must have an integer dtype (torch's int64); "
+                    f"got dtype {i.dtype}")
   static = (name, nd, x.shape, i.shape, kernel_size, stride, padding, output_size)
   cfg = _UNPOOL(_checks.cache_key(*static), *static)
   plane = math.prod(cfg.out[len(cfg.out) - nd:])
   if math.prod(cfg.out) and not _checks.is_traced(i) and bool(_bad_index(i, plane)):
     flat = np.asarray(i).reshape(-1)
     bad = int(flat[(flat < 0) | (flat >= plane)][0])
-    raise _checks.value_error(op, "indices", f"an array holding {bad}",
-                              f"indices in [0, {plane}), the size of an output plane "
-                              f"{cfg.out[len(cfg.out) - nd:]} (Found an invalid max index)")
+    raise ValueError(f"{op}: argument `indices` must hold indices in [0, {plane}), the size "
+                     f"of an output plane {cfg.out[len(cfg.out) - nd:]}; got {bad} (torch: "
+                     f"Found an invalid max index)")
   return _unpool_jit(x, i, cfg)
 
 
