@@ -1075,7 +1075,7 @@ def _bad_index(indices: jax.Array, plane: int) -> jax.Array:
 
 
 def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
-  """Any indices: one scatter to distinct slots."""
+  """Any indices: a scatter of the last writer of each position."""
   out = cfg.out
   planes = math.prod(out[:len(out) - cfg.nd])
   plane = math.prod(out[len(out) - cfg.nd:])
@@ -1088,15 +1088,16 @@ def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array
   # slot ``size``.
   flat = jnp.where((i >= 0) & (i < plane), i + base, np.array(size, dtype)).reshape(-1)
   order = jnp.arange(count, dtype=dtype)
-  # The last writer of each position (torch's loop order), then one write per element to a
-  # slot of its own: a kept element to its position, any other past the end. The indices of
-  # that scatter are unique, so it is linear in x with a gather as its transpose.
+  # The last writer of each position (torch's loop order); then a scatter-add of the kept
+  # elements, every other one adding -0: linear in x (a gather is its transpose), and exact,
+  # as x + (-0) is x for every x. Positions nobody writes are set to +0 at the end.
   last = jnp.full((size + 1,), -1, dtype).at[flat].max(order, mode="promise_in_bounds")
-  keep = (last[flat] == order) & (flat < size)
-  target = jnp.where(keep, flat, order + size)
-  y = jnp.zeros((size + count,), x.dtype).at[target].set(
-      x.reshape(-1), mode="promise_in_bounds", unique_indices=True)
-  return y[:size].reshape(out)
+  keep = last[flat] == order
+  neg0 = np.array(-0.0, x.dtype)
+  y = jnp.full((size + 1,), neg0, x.dtype).at[flat].add(
+      jnp.where(keep, x.reshape(-1), neg0), mode="promise_in_bounds")
+  y = jnp.where(last[:size] >= 0, y[:size], np.zeros((), x.dtype))
+  return y.reshape(out)
 
 
 @functools.lru_cache(maxsize=256)
