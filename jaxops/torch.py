@@ -1333,9 +1333,24 @@ def _amax_windows(v: jax.Array, axes: tuple[tuple[int, int], ...]) -> jax.Array:
   return v
 
 
-# Joint windows of at most this many taps are scanned tap by tap (selects on slices, fused into
-# one pass); larger ones are reduced along their tap axes.
+# Joint windows of at most this many taps are scanned in one pass over their taps; larger ones
+# one axis at a time.
 _AMAX_SCAN_TAPS = 48
+
+
+def _amax_scan(g: jax.Array, taps: list[tuple[Any, ...]],
+               cand: Any) -> tuple[jax.Array, jax.Array]:
+  """Torch's scan over ``taps`` (index tuples into ``g``, in scan order): an element is taken
+  when it is greater than the running maximum or NaN. ``cand(tap)`` is the plane position
+  of that tap. Returns (maximum, position)."""
+  best = g[taps[0]]
+  where = jnp.broadcast_to(cand(taps[0]), best.shape)
+  for tap in taps[1:]:
+    v = g[tap]
+    take = (v > best) | jnp.isnan(v)
+    best = jnp.where(take, v, best)
+    where = jnp.where(take, cand(tap), where)
+  return best, where
 
 
 def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Array,
@@ -1344,46 +1359,44 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
 
   Torch scans a window row-major and takes an element when it is greater than the running
   maximum or NaN: ties go to the first maximum, and a window holding NaN gives NaN at its last
-  NaN. Small windows run that scan over their taps. For larger ones: the taps' plane
-  positions increase in scan order, so the index is the smallest position holding the
-  maximum, or the largest holding NaN, two reductions after the maximum itself. A repeated
-  tap (the padding of a short window) names an element of the window again and changes
-  neither.
+  NaN. Small windows run that scan over all their taps at once; larger ones one axis at a time
+  from the last, carrying each partial maximum's position (the scan is separable: the first
+  maximum in row-major order is the first row's first maximum among the rows' maxima, and the
+  last NaN the last row's last NaN). A repeated tap (the padding of a short window) names an
+  element of the window again and changes neither.
   """
-  lead = x.ndim - len(axes)
+  nd = len(axes)
+  lead = x.ndim - nd
   dtype = _max_pool_op._index_dtype()
   pos = _amax_plan(axes).astype(dtype)
-  taps = [range(k) for k in pos.shape[1::2]]
-  g = _amax_windows(x, axes)
-  if math.prod(len(t) for t in taps) <= _AMAX_SCAN_TAPS:
+  if math.prod(pos.shape[1::2]) <= _AMAX_SCAN_TAPS:
+    g = _amax_windows(x, axes)
+    every = [sum(((slice(None), j) for j in tap), ())
+             for tap in itertools.product(*[range(k) for k in pos.shape[1::2]])]
+    return _amax_scan(g, [(slice(None),) * lead + at for at in every],
+                      lambda tap: jnp.asarray(pos[tap[lead:]].reshape(
+                          (1,) * lead + pos[tap[lead:]].shape)))
+  spatial = [n for n, _ in axes]
+  v: Any = x
+  where: Any = None
+  for d in reversed(range(nd)):
+    n_in, n_out = axes[d]
+    a = lead + d
+    one = axes[d:d + 1]
+    table = (_amax_table(n_in, n_out) * math.prod(spatial[d + 1:])).astype(dtype)
+    g = _amax_windows(jnp.moveaxis(v, a, -1), one)
+    gp = None if where is None else _amax_windows(jnp.moveaxis(where, a, -1), one)
+    shape = (1,) * (g.ndim - 2) + (n_out,)
 
-    def tap_of(tap: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
-      at = sum(((slice(None), j) for j in tap), ())
-      return g[(slice(None),) * lead + at], jnp.asarray(pos[at].reshape((1,) * lead +
-                                                                         pos[at].shape))
+    def cand(tap: tuple[Any, ...], table: np.ndarray = table, gp: Any = gp,
+             shape: tuple[int, ...] = shape) -> Any:
+      c = jnp.asarray(table[:, tap[-1]].reshape(shape))
+      return c if gp is None else c + gp[tap]
 
-    order = list(itertools.product(*taps))
-    best, c = tap_of(order[0])
-    where = jnp.broadcast_to(c, best.shape)
-    for tap in order[1:]:
-      v, c = tap_of(tap)
-      take = (v > best) | jnp.isnan(v)
-      best = jnp.where(take, v, best)
-      where = jnp.where(take, c, where)
-    return best, where
-  red = tuple(lead + 2 * d + 1 for d in range(len(axes)))
-  c = jnp.asarray(pos.reshape((1,) * lead + pos.shape))
-  best = jnp.max(g, axis=red)
-  hit = g == jnp.expand_dims(best, red)
-  first = jnp.min(jnp.where(hit, c, np.array(np.iinfo(dtype).max, dtype)), axis=red)
-  last_nan = jnp.max(jnp.where(jnp.isnan(g), c, np.array(-1, dtype)), axis=red)
-  where = jnp.where(last_nan >= 0, last_nan, first)
-  # The value read at the index: XLA's max reduction can drop a NaN, and returns either zero
-  # of a window whose maximum is both +0 and -0 (torch: the first).
-  planes = math.prod(x.shape[:lead])
-  value = jnp.take_along_axis(x.reshape(planes, -1), where.reshape(planes, -1), axis=1,
-                              mode="clip")
-  return value.reshape(where.shape), where
+    taps = [(Ellipsis, j) for j in range(table.shape[1])]
+    best, pos_d = _amax_scan(g, taps, cand)
+    v, where = jnp.moveaxis(best, -1, a), jnp.moveaxis(pos_d, -1, a)
+  return v, where
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))

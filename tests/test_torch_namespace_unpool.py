@@ -597,3 +597,10 @@ def test_numerical_gradients_forward_and_reverse():
   check_grads(lambda v: F.adaptive_max_pool2d(v, (3, 2)), (x,), order=1, modes=("fwd", "rev"))
   check_grads(lambda v: F.adaptive_max_pool1d(v, 2), (rng.standard_normal((2, 40)),), order=1,
               modes=("fwd", "rev"))
+  # Windows scanned one axis at a time (16 x 8 taps), against torch.autograd as well.
+  x = rng.standard_normal((1, 2, 16, 16))
+  check_grads(lambda v: F.adaptive_max_pool2d(v, (1, 2)), (x,), order=1, modes=("fwd", "rev"))
+  xt = torch.tensor(x, requires_grad=True)
+  TF.adaptive_max_pool2d(xt, (1, 2)).sum().backward()
+  np.testing.assert_array_equal(jax.grad(lambda v: jnp.sum(F.adaptive_max_pool2d(v, (1, 2))))(x),
+                                xt.grad.numpy())
