@@ -516,10 +516,18 @@ def test_no_retrace():
     return F.max_unpool2d(v, j, 2, output_size=(5, 4)), F.adaptive_max_pool3d(v, (1, 2, 1), True)
 
   for _ in range(3):
-    x = rng.standard_normal((1, 2, 3, 2, 2))[0]
+    x = rng.standard_normal((2, 3, 2, 2))
     j = rng.integers(0, 20, (2, 3, 2, 2))
     both(x, j)
   chex.clear_trace_counter()
+  # Repeated eager calls reuse their static plans (and so their compiled programs).
+  from jaxops import torch as module
+  for cache, call in ((module._UNPOOL, lambda: F.max_unpool2d(x, j, 2, output_size=(5, 4))),
+                      (module._AMAX, lambda: F.adaptive_max_pool3d(x, (1, 2, 1), True))):
+    call()
+    hits, misses = cache.hits, cache.misses
+    call()
+    assert (cache.hits, cache.misses) == (hits + 1, misses)
 
 
 @pytest.mark.parametrize("name, x, args, kw, match", [
