@@ -12,7 +12,9 @@ its output. The method, applied to every case in the same way:
 2. Timing: ``reps`` blocks; in each block every system, and the memory floor, runs ``runs + 1``
    times back to back and the first run of the block is dropped. Systems are interleaved block
    by block (the order rotates), so slow drifts of a shared machine hit all of them alike. The
-   median over all kept runs is reported.
+   median over all kept runs is reported. On a GPU a run is ``GPU_PIPELINE`` calls enqueued
+   back to back and waited for once (``_timed``), so that a row times the device, not the
+   host round trip of a synchronised call.
 3. Memory floor: a jitted ``x + 1`` over uint8 that reads as many bytes as the op must read and
    writes as many as it must write (``floor_system``), on the same device, timed in the same
    blocks.
@@ -50,12 +52,17 @@ class System:
       it is not timed.
     peer: False for a reference that is not a peer (e.g. the plain XLA op that jaxops' program
       is made of): timed and shown, never the "best peer" of a ratio.
+    launch, sync: on a GPU, ``launch()`` enqueues the work without waiting and ``sync(out)`` waits
+      for it; the timing then enqueues ``GPU_PIPELINE`` calls back to back and waits once, so a
+      row measures the device's time rather than one host round trip per call.
   """
 
   name: str
   run: Callable[[], Any]
   compile_s: float | None = None
   note: str = ""
+  launch: Callable[[], Any] | None = None
+  sync: Callable[[Any], Any] | None = None
   view: Callable[[Any], Any] | None = None
   agreement: str = ""
   agrees: bool | None = None
@@ -139,7 +146,8 @@ class Builder:
 
     alloc, largest = allocation(compiled)
     return System("", run, compile_s=compile_s, note=note, alloc_bytes=alloc,
-                  largest_block=largest)
+                  largest_block=largest, launch=lambda: compiled(*args),
+                  sync=jax.block_until_ready)
 
 
 def allocation(compiled: Any) -> tuple[int | None, int | None]:
@@ -290,7 +298,23 @@ def floor_system(read: int, write: int, device: Any) -> System:
   def run() -> Any:
     return jax.block_until_ready(compiled(xd))
 
-  return System("copy floor", run)
+  return System("copy floor", run, launch=lambda: compiled(xd), sync=jax.block_until_ready)
+
+
+def device_copy_gbps(device: Any, nbytes: int = 1 << 30, calls: int = 20) -> float:
+  """The device's copy bandwidth in GB/s, bytes read plus bytes written: the median over
+  ``calls`` of a jitted float32 ``x + 1`` over ``nbytes`` (1 GiB: far past any cache), enqueued
+  back to back and waited for once per call batch of five."""
+  x = jax.device_put(np.zeros(nbytes // 4, np.float32), device)
+  f = jax.jit(lambda a: a + 1.0).lower(x).compile()
+  jax.block_until_ready(f(x))
+  times = []
+  for _ in range(calls):
+    t0 = time.perf_counter()
+    out = [f(x) for _ in range(5)]
+    jax.block_until_ready(out)
+    times.append((time.perf_counter() - t0) / 5)
+  return 2 * nbytes / float(np.median(times)) / 1e9
 
 
 def to_f64(out: Any) -> np.ndarray:
@@ -357,10 +381,28 @@ def minor_faults() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+GPU_PIPELINE = 10
+
+
+def _timed(s: System, gpu: bool) -> float:
+  """Seconds per call of ``s``: one synchronised call, or on a GPU (where the system can be
+  launched without waiting) ``GPU_PIPELINE`` calls enqueued back to back and waited for once."""
+  if gpu and s.launch is not None and s.sync is not None:
+    t0 = time.perf_counter()
+    outs = [s.launch() for _ in range(GPU_PIPELINE)]
+    s.sync(outs)
+    return (time.perf_counter() - t0) / GPU_PIPELINE
+  t0 = time.perf_counter()
+  s.run()
+  return time.perf_counter() - t0
+
+
 def measure(case: Case, reps: int, runs: int) -> None:
   """Interleaved blocks: ``reps`` blocks, ``runs + 1`` runs per system per block, first dropped.
 
-  Each system's median time, and its mean minor page faults per kept run."""
+  Each system's median time, and its mean minor page faults per kept run. On a GPU each run is
+  a pipeline of ``GPU_PIPELINE`` calls (see ``_timed``)."""
+  gpu = case.device != "cpu"
   systems: Sequence[System] = [*case.systems, case.floor]
   samples: dict[int, list[float]] = {id(s): [] for s in systems}
   faults: dict[int, list[int]] = {id(s): [] for s in systems}
@@ -369,9 +411,7 @@ def measure(case: Case, reps: int, runs: int) -> None:
     for s in [*systems[k:], *systems[:k]]:
       for i in range(runs + 1):
         f0 = minor_faults()
-        t0 = time.perf_counter()
-        s.run()
-        dt = time.perf_counter() - t0
+        dt = _timed(s, gpu)
         df = minor_faults() - f0
         if i:
           samples[id(s)].append(dt)

@@ -86,7 +86,7 @@ def torch_system(fn: Callable[[], Any], ctx: Context, *, note: str = "") -> Syst
     torch.cuda.synchronize()
     return out
 
-  return System("torch", run, note=note)
+  return System("torch", run, note=note, launch=fn, sync=lambda _: torch.cuda.synchronize())
 
 
 def torch_grad(op: Callable[[Any], Any], x: np.ndarray, ctx: Context) -> System:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import GPU_BATCH, Case
+from benchmarks._harness import GPU_BATCH, GPU_PIPELINE, Case
 
 PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "onnx", "onnxruntime", "torch", "flax",
             "matplotlib")
@@ -102,9 +102,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
   return "\n".join(lines)
 
 
-def summary_table(results: Sequence[dict[str, Any]]) -> str:
+def summary_table(results: Sequence[dict[str, Any]], device_copy_gbps: float | None = None) -> str:
   """One row per case: jaxops, the best peer, the ratio, the memory floor, bandwidths, the
-  allocation counters, and the ratio with the steady allocator where an extra run gave one."""
+  allocation counters, and the ratio with the steady allocator where an extra run gave one.
+  With ``device_copy_gbps`` (a GPU run), jaxops' bandwidth as a share of the device's."""
   rows = []
   steady = any("steady" in r for r in results)
   refs = any(r.get("reference") for r in results)
@@ -126,6 +127,9 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
       row.append(f"{_x(r['ratio_reference'])} ({r['reference']})" if r.get("reference") else "—")
     row += [_ms(r["floor_s"]), _x(r["ratio_floor"]), _gb(r["jaxops_gbps"]),
             _gb(r["copy_gbps"]), _ms(r["jaxops_compile_s"])]
+    if device_copy_gbps:
+      share = r["jaxops_gbps"] / device_copy_gbps if r["jaxops_gbps"] else None
+      row.append(f"{share:.0%}" if share is not None else "—")
     rows.append(row)
   header = ["case", "input", "jaxops ms", "best peer ms", "jaxops / best peer",
             "jaxops / best agreeing peer", "jaxops faults / call",
@@ -133,8 +137,10 @@ def summary_table(results: Sequence[dict[str, Any]]) -> str:
   if steady:
     header.append("jaxops / best agreeing peer, steady malloc")
   if refs:
-    header.append("jaxops / plain XLA op (not a peer)")
+    header.append("jaxops / reference (not a peer)")
   header += ["copy floor ms", "jaxops / floor", "jaxops GB/s", "copy GB/s", "jaxops compile ms"]
+  if device_copy_gbps:
+    header.append("jaxops GB/s / device copy GB/s")
   return _table(header, rows)
 
 
@@ -158,7 +164,36 @@ HEADLINE = (
     ("Cast float32 -> bfloat16, 16M", "Cast float32->bfloat16 fwd", None),
     ("Cast float32 -> float16, 16M", "Cast float32->float16 fwd", None),
     ("Cast float32 -> float8e4m3fn, 16M", "Cast float32->float8e4m3fn fwd", None),
+    ("MaxPool 3x3 s2 p1, 8x64x112x112", "MaxPool max 2d k3 s2 p1 fwd",
+     "MaxPool max 2d k3 s2 p1 bwd"),
+    ("MaxPool 2x2 s2, 8x128x56x56", "MaxPool max 2d k2 s2 fwd", "MaxPool max 2d k2 s2 bwd"),
+    ("MaxPool 3x3x3 s2 p1, 2x16x32^3", "MaxPool max 3d k3 s2 p1 fwd",
+     "MaxPool max 3d k3 s2 p1 bwd"),
+    ("MaxPool 3x3 s2 p1 with Indices", "MaxPool max 2d k3 s2 p1 indices fwd", None),
+    ("MaxUnpool 2x2 s2, to 8x128x56x56", "MaxUnpool 2d k2 s2 fwd", "MaxUnpool 2d k2 s2 bwd"),
+    ("LpPool p=2 3x3 s2, 8x64x112x112", "LpPool p2 2d k3 s2 fwd", "LpPool p2 2d k3 s2 bwd"),
+    ("GridSample bilinear zeros, 8x32x128x128", "GridSample bilinear zeros 2d fwd",
+     "GridSample bilinear zeros 2d bwd"),
+    ("GridSample bicubic border", "GridSample bicubic border 2d fwd",
+     "GridSample bicubic border 2d bwd"),
+    ("GridSample trilinear zeros, 2x16x32x64x64", "GridSample trilinear zeros 3d fwd",
+     "GridSample trilinear zeros 3d bwd"),
+    ("AffineGrid + GridSample (theta)", "AffineGrid+GridSample 2d bilinear theta fwd",
+     "AffineGrid+GridSample 2d bilinear theta bwd"),
+    ("RoiAlign 7x7 sampling_ratio 2, 512 boxes", "RoiAlign avg 7x7 sampling_ratio 2 fwd", None),
+    ("RoiAlign 7x7 sampling_ratio 0 (adaptive)", "RoiAlign avg 7x7 sampling_ratio 0 fwd", None),
 )
+
+# The jaxops.torch rows: (work, forward label, backward label or None); their table also shows
+# each call against the jaxops operator it maps to.
+TORCH_HEADLINE = tuple(
+    (name, f"jaxops.torch {name} fwd",
+     None if name.endswith("return_indices") else f"jaxops.torch {name} bwd")
+    for name in ("interpolate bilinear x2", "interpolate bicubic x2.5", "interpolate nearest x2",
+                 "avg_pool2d k3 s2 p1", "adaptive_avg_pool2d 14->7", "max_pool2d k3 s2 p1",
+                 "max_pool2d k3 s2 p1 return_indices", "lp_pool2d p2 k3 s2",
+                 "max_unpool2d k2 s2", "adaptive_max_pool2d 14->7", "grid_sample bilinear zeros",
+                 "affine_grid+grid_sample", "roi_align 7x7 sampling_ratio 2 aligned"))
 
 
 def _cell(r: dict[str, Any] | None, extra: str | None = None) -> str:
@@ -192,6 +227,29 @@ def headline_table(results: Sequence[dict[str, Any]]) -> str:
                  _cell(b, "steady") if b else ""])
   return _table(["work", "forward", "backward", "forward, steady malloc",
                  "backward, steady malloc"], rows)
+
+
+def _over_operator(r: dict[str, Any] | None) -> str:
+  if r is None:
+    return ""
+  if r.get("ratio_reference") is None:
+    return "—"
+  return f"{_x(r['ratio_reference'])}"
+
+
+def torch_headline_table(results: Sequence[dict[str, Any]]) -> str:
+  """The README's jaxops.torch table: each call against the fastest agreeing peer (torch), and
+  against the jaxops operator it maps to (the namespace's overhead), forward and backward."""
+  by_label = {r["label"]: r for r in results if r["device"] == "cpu"}
+  rows = []
+  for work, fwd, bwd in TORCH_HEADLINE:
+    f, b = by_label.get(fwd), by_label.get(bwd) if bwd else None
+    if f is None and b is None:
+      continue
+    rows.append([f"`{work}`", _cell(f), _over_operator(f), _cell(b) if bwd else "",
+                 _over_operator(b) if bwd else ""])
+  return _table(["jaxops.torch call", "forward", "forward / operator", "backward",
+                 "backward / operator"], rows)
 
 
 def extra_table(results: Sequence[dict[str, Any]], name: str) -> str:
@@ -316,7 +374,9 @@ to warm up and to check every peer's output against jaxops' (the tolerance depen
 dtype; a peer whose semantics differ keeps its row, labelled). Then --reps blocks: in each block
 every system, and the copy floor, runs --runs + 1 times back to back and the first is dropped;
 systems are interleaved block by block (rotating order). Medians are reported. JAX results are
-synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`. Backward rows
+synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`; on a GPU one
+timed run is {gpu_pipeline} calls enqueued back to back and waited for once (the time per call
+is the device's, not one host round trip per call), for every system alike. Backward rows
 time the gradient of sum(op(x) ** 2) with respect to x, forward included: `jax.grad` under jit
 for jaxops, jax.image and flax; `torch.autograd.grad` of the same loss for torch.
 The copy floor is a jitted `x + 1` over uint8 that reads as many bytes as the op must read and
@@ -343,10 +403,12 @@ child runs.
 Some rows also time the plain XLA op that a JAX user would write without jaxops, as a
 reference that is never a peer: `x.astype(dtype)` (after a clip where ONNX saturates) for the
 casts, `jnp.mean` over H and W on the same NCHW input for GlobalAveragePool. jaxops' bfloat16
-and float16 casts are that same single XLA convert, so "jaxops / plain XLA op" near 1 with a
+and float16 casts are that same single XLA convert, so "jaxops / reference" near 1 with a
 ratio to PyTorch above 1 is XLA's convert kernel (and allocation), not jaxops; likewise
 GlobalAveragePool's backward against flax, which pools channels-last, where the gradient's
 broadcast runs along the long contiguous axis instead of ONNX's 7x7 minor axes.
+The jaxops.torch rows time the `jaxops.torch` call (the row's jaxops) beside the jaxops operator
+it maps to (the reference, not a peer): "jaxops / reference" is the namespace's overhead.
 JAX programs are dispatched as JAX does by default (asynchronously: a program of 1000 flops or
 more runs on a worker thread, and each timed call waits for it). The GlobalAveragePool cases
 also run in a child process with `--sync-dispatch` (`jax.config.update(
@@ -372,6 +434,10 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
       f"- load average (1/5/15 min) at the end of the run: {meta['load']} (a busy machine "
       "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
       "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),
+      *([f"- device copy bandwidth: {meta['device_copy_gbps']:.0f} GB/s (bytes read + written by "
+         "a jitted float32 `x + 1` over 1 GiB, median of 20 batches of 5 calls); the last "
+         "column is each row's jaxops GB/s (the bytes the op must move / its time) against it"]
+        if meta.get("device_copy_gbps") else []),
   ]
 
 
@@ -407,7 +473,7 @@ def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
       "",
       "## Method",
       "",
-      METHOD.format(gpu_batch=GPU_BATCH),
+      METHOD.format(gpu_batch=GPU_BATCH, gpu_pipeline=GPU_PIPELINE),
   ]
   for dev, title in DEVICES:
     parts += ["", f"## {title}", ""]
@@ -422,10 +488,10 @@ def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
         "peer that ran, marked \"(differs)\" where its output is not jaxops' (see the labels "
         "below); \"best agreeing peer\" is the fastest whose output agrees with jaxops'.",
         "",
-        summary_table(rows),
+        summary_table(rows, runs[dev]["machine"].get("device_copy_gbps")),
         *_extra_lines(runs[dev], rows),
-        *(["", "### CPU: the README's headline", "", headline_table(rows)] if dev == "cpu"
-          else []),
+        *(["", "### CPU: the README's headline", "", headline_table(rows), "",
+           torch_headline_table(rows)] if dev == "cpu" else []),
         "",
         f"### {title}: every system",
         "",

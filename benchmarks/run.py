@@ -174,9 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     import jax
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
-  from benchmarks import _harness, _report, cast_cases, pool_cases, resample_cases, resize_cases
+  from benchmarks import (_harness, _report, cast_cases, pool_cases, resample_cases, resize_cases,
+                          torch_cases)
 
-  specs = [*resize_cases.SPECS, *pool_cases.SPECS, *cast_cases.SPECS, *resample_cases.SPECS]
+  specs = [*resize_cases.SPECS, *pool_cases.SPECS, *cast_cases.SPECS, *resample_cases.SPECS,
+           *torch_cases.SPECS]
   words = [w.strip().lower() for w in args.only.split(",") if w.strip()]
   if words:
     specs = [s for s in specs if any(w in s.label.lower() for w in words)]
@@ -216,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   meta = _report.machine(args.threads, argv, gpu)
   meta["malloc"] = malloc
   meta["jax_dispatch"] = "sync (calling thread)" if args.sync_dispatch else "async (JAX default)"
+  if "gpu" in devices[args.device] and not args.tiny:
+    meta["device_copy_gbps"] = _harness.device_copy_gbps(_harness.Context(
+        "gpu", False, args.threads).jax_device())
   if args.extras and "cpu" in devices[args.device]:
     labels = [r["label"] for r in results if r["device"] == "cpu"]
     steady = extra_run(args, labels, STEADY_ENV, [])
@@ -230,11 +235,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   for device in devices[args.device]:
     rows = [r for r in results if r["device"] == device]
     print(f"{device.upper()} (jaxops / best peer; < 1: jaxops faster)")
-    print(_report.summary_table(rows))
+    print(_report.summary_table(rows, meta.get("device_copy_gbps") if device == "gpu" else None))
   print(f"\nwrote {args.out / 'RESULTS.md'} and {args.out / 'ratios.png'}")
   cpu_rows = [r for r in results if r["device"] == "cpu"]
   if cpu_rows:
     headline = _report.headline_table(cpu_rows)
+    torch_rows = _report.torch_headline_table(cpu_rows)
+    if torch_rows.count("\n") > 1:
+      headline += ("\n\nThe `jaxops.torch` calls against torch (the fastest agreeing peer) and "
+                   "against the jaxops operator each maps to (its overhead):\n\n" + torch_rows)
     print("\nREADME headline (jaxops / fastest agreeing peer)\n" + headline)
     full = not words and not args.exact and not args.tiny and args.extras
     if full and args.out.resolve() == HERE and args.malloc == "default":

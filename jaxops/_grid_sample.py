@@ -76,6 +76,10 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
     align_corners, ``-0.5`` and ``L - 0.5`` without) until it is inside, then clip it to
     ``[0, L - 1]``; cubic reflects each tap index the same way.
 
+  Gradients with respect to ``grid`` are PyTorch's, also where a coordinate lands exactly on a
+  border that border/reflection padding clips to: the derivative of the clipped coordinate is
+  0 there (the border counts as out of bounds).
+
   Non-finite grid values: a NaN coordinate gives NaN (for floating ``x``; 0 for integer ``x``);
   +-inf reads 0 with zeros padding and the edge pixel with border padding, and gives NaN with
   reflection (an infinite position has no reflection). See docs/DEVIATIONS.md, GridSample.
@@ -150,6 +154,14 @@ def _reflect(u: Any, length: int, align_corners: bool) -> Any:
   return jnp.where(jnp.fmod(flips, 2) == 0, lo + extra, hi - extra)
 
 
+def _clip_to_axis(u: Any, length: int) -> Any:
+  """``u`` clipped into ``[0, L - 1]`` (border and reflection padding). Its derivative is 1
+  strictly inside and 0 on the borders and beyond: PyTorch's clip_coordinates_set_grad counts
+  the borders as out of bounds (``jnp.clip`` would split the derivative there)."""
+  inside = (u > 0) & (u < length - 1)
+  return jnp.where(inside, u, jax.lax.stop_gradient(jnp.clip(u, 0, length - 1)))
+
+
 def _axis_taps(g: Any, length: int, cfg: _Config) -> tuple[Any, Any, Any]:
   """(int32 indices (..., K) inside [0, L), weights (..., K), NaN flag (...)) of one axis."""
   u = _denormalize(g, length, cfg.align_corners)
@@ -160,9 +172,9 @@ def _axis_taps(g: Any, length: int, cfg: _Config) -> tuple[Any, Any, Any]:
     u = jnp.clip(u, -_FAR, length - 1 + _FAR)
   if cfg.mode is not Mode.CUBIC:
     if pad is PaddingMode.BORDER:
-      u = jnp.clip(u, 0, length - 1)
+      u = _clip_to_axis(u, length)
     elif pad is PaddingMode.REFLECTION:
-      u = jnp.clip(_reflect(u, length, cfg.align_corners), 0, length - 1)
+      u = _clip_to_axis(_reflect(u, length, cfg.align_corners), length)
   bad = jnp.isnan(u)
   u = jnp.where(bad, 0, u)
   if cfg.mode is Mode.NEAREST:
@@ -200,10 +212,10 @@ def _block_axis(g: Any, length: int, cfg: _Config, p: int) -> tuple[Any, Any, An
   u = _denormalize(g, length, cfg.align_corners)
   pad = cfg.padding
   if cfg.mode is Mode.LINEAR and pad is PaddingMode.BORDER:
-    u = jnp.clip(u, 0, length - 1)
+    u = _clip_to_axis(u, length)
   elif cfg.mode is Mode.LINEAR and pad is PaddingMode.REFLECTION:
     u = jnp.where(jnp.isfinite(u), u, jnp.nan)
-    u = jnp.clip(_reflect(u, length, cfg.align_corners), 0, length - 1)
+    u = _clip_to_axis(_reflect(u, length, cfg.align_corners), length)
   elif pad is PaddingMode.BORDER:
     u = jnp.clip(u, -2.0, length + 1.0)
   else:

@@ -393,6 +393,10 @@ def _global_max_pool(x: jax.Array) -> jax.Array:
 class _UnpoolPlan:
   default: tuple[int, ...]   # the output shape the attributes give
   out: tuple[int, ...]       # the output shape (output_shape, or the default)
+  # (kernel, stride, pad_begin) per pooled axis where the windows do not overlap (stride >=
+  # kernel on every axis): then an element whose index lies in its own window is the only one
+  # that can write there, and the unpool is a broadcast and a compare (``_unpool_windows``).
+  windows: tuple[tuple[int, int, int], ...] | None = None
 
 
 def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shape: Any,
@@ -421,8 +425,10 @@ def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shap
                      f"the output spatial shape {tuple(spatial)} for `x` of shape {x_shape}; "
                      f"every length must be >= 1")
   default = tuple(lead) + tuple(spatial)
+  windows = (tuple(zip(kernel, strides_, pads_[:nd]))
+             if all(s >= k for s, k in zip(strides_, kernel)) else None)
   if output_shape is None:
-    return _UnpoolPlan(default, default)
+    return _UnpoolPlan(default, default, windows)
   out = int_tuple(op, "output_shape", concrete(op, "output_shape", output_shape).reshape(-1))
   if len(out) == nd and len(x_shape) != nd:
     out = tuple(lead) + out  # only the pooled axes given
@@ -431,7 +437,7 @@ def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shap
     raise value_error(op, "output_shape", output_shape,
                       f"the shape {default} that the attributes give, or one as long with the "
                       f"same leading axes {tuple(lead)} and pooled axes at least as long")
-  return _UnpoolPlan(default, tuple(out))
+  return _UnpoolPlan(default, tuple(out), windows)
 
 
 _UNPOOL_PLANS = ConfigCache(_unpool_plan)
@@ -499,6 +505,68 @@ def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
 
 @functools.partial(jax.jit, static_argnums=2)
 def _max_unpool(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
+  if plan.windows is None:
+    y = _unpool_scatter(x, indices, plan)
+  else:
+    # Indices that max_pool made lie in their own windows: then the scatter is not needed. The
+    # check is on the values, so any other indices still get the scatter's result.
+    # The values are computed inside the branch (computed outside, they would be copied out).
+    ok = _unpool_windows(x, indices, plan)[1]
+    y = lax.cond(ok, lambda a, i: _unpool_windows(a, i, plan)[0],
+                 lambda a, i: _unpool_scatter(a, i, plan), x, indices)
+  if plan.out != plan.default:
+    y = lax.pad(y, np.zeros((), y.dtype), [(0, o - d, 0) for o, d in zip(plan.out, plan.default)])
+  return y
+
+
+def _unpool_windows(x: jax.Array, indices: jax.Array,
+                    plan: _UnpoolPlan) -> tuple[jax.Array, jax.Array]:
+  """(the unpool, whether it is exact): each element written where its index names a position
+  of its own (non-overlapping) window, and the check that every index does so or is dropped.
+
+  Per pooled axis the window of input position ``q`` covers output positions
+  ``q * stride - pad_begin + j`` for ``j < kernel``: the result is built as an array of
+  ``(q, j)`` blocks, each padded from ``kernel`` to ``stride`` and laid end to end, then cut to
+  the output length.
+  """
+  windows = plan.windows or ()
+  nd = len(windows)
+  lead = x.shape[:x.ndim - nd]
+  n_in = x.shape[x.ndim - nd:]
+  out_sp = plan.default[x.ndim - nd:]
+  row = [math.prod(out_sp[a + 1:]) for a in range(nd)]
+  # The flat spatial position of (q_1, j_1, q_2, j_2, ...), and whether it is in the output.
+  flat = np.zeros((), np.int64)
+  valid = np.ones((), bool)
+  for a, (k, s, pb) in enumerate(windows):
+    pos = (np.arange(n_in[a]) * s - pb)[:, None] + np.arange(k)[None, :]
+    flat = flat[..., None, None] + (pos * row[a])
+    valid = valid[..., None, None] & (pos >= 0) & (pos < out_sp[a])
+  flat = np.where(valid, flat, 0).reshape((1,) * len(lead) + flat.shape)
+  valid = valid.reshape(flat.shape)
+  wide = lead + tuple(v for n, (k, _, _) in zip(n_in, windows) for v in (n, k))
+  expand = lead + tuple(v for n in n_in for v in (n, 1))
+  idx_dtype = indices.dtype
+  plane = math.prod(out_sp)
+  lead_flat = (jnp.arange(math.prod(lead), dtype=idx_dtype) * plane).reshape(
+      lead + (1,) * (2 * nd))
+  target = jnp.where(valid, lead_flat + jnp.asarray(flat, idx_dtype), -1)
+  hit = indices.reshape(expand) == target
+  y = jnp.where(hit, x.reshape(expand), jnp.zeros((), x.dtype))
+  size = math.prod(plan.default)
+  dropped = (indices < 0) | (indices >= size)
+  placed = jnp.any(hit, axis=tuple(range(len(lead) + 1, len(wide), 2)))
+  ok = jnp.all(placed | dropped)
+  # (q, j) blocks -> padded to stride -> laid end to end -> cut at pad_begin.
+  y = lax.pad(y, np.zeros((), y.dtype),
+              [(0, 0, 0)] * len(lead)
+              + [c for (k, s, _) in windows for c in ((0, 0, 0), (0, s - k, 0))])
+  y = y.reshape(lead + tuple(n * s for n, (_, s, _) in zip(n_in, windows)))
+  starts = (0,) * len(lead) + tuple(pb for (_, _, pb) in windows)
+  return lax.slice(y, starts, tuple(b + o for b, o in zip(starts, plan.default))), ok
+
+
+def _unpool_scatter(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
   size = math.prod(plan.default)
   flat_i = indices.reshape(-1)
   flat_i = jnp.where((flat_i >= 0) & (flat_i < size), flat_i, size)  # out of range: dropped
@@ -511,7 +579,4 @@ def _max_unpool(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Arra
   target = jnp.where(keep, flat_i, size)
   y = jnp.zeros((size + 1,), x.dtype).at[target].set(x.reshape(-1), mode="drop",
                                                       unique_indices=False)[:size]
-  y = y.reshape(plan.default)
-  if plan.out != plan.default:
-    y = lax.pad(y, np.zeros((), y.dtype), [(0, o - d, 0) for o, d in zip(plan.out, plan.default)])
-  return y
+  return y.reshape(plan.default)

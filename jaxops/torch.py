@@ -23,14 +23,22 @@ How each maps onto jaxops:
   ``input ** norm_type``.
 - ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
   is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel.
+- ``grid_sample``: ``jaxops.grid_sample`` (ONNX GridSample's "linear"/"cubic" spellings of
+  "bilinear"/"bicubic"; its nearest rounding, cubic border/reflection taps and reflection
+  borders are ATen's).
+- ``affine_grid``: ``jaxops.affine_grid``.
+- ``roi_align`` (``torchvision.ops.roi_align``): ``jaxops.roi_align(mode="avg")``, ``aligned``
+  as the half_pixel / output_half_pixel coordinate modes, ``sampling_ratio <= 0`` as adaptive,
+  the batch index column (or the list of per-image boxes) as ``batch_indices``.
 - ``max_unpool1d/2d/3d``: torch's per-plane indices read in the plane of the output size as
   given. Where the pooling's windows do not overlap and every index lies in its own window (as
   max_pool's do; checked at run time), one select into per-element blocks; otherwise
   ``jaxops.max_unpool``'s rule (of repeated indices the later one is kept) as one scatter.
 - ``adaptive_max_pool1d/2d/3d``: the same static windows (a reshape where they tile an axis,
-  else one gather of a static table per axis), a max reduce, and torch's index (first maximum
-  in row-major scan order; a window holding NaN gives NaN at its last NaN) from a static table
-  of plane positions; the gradient goes to that element.
+  else one gather of a static table per axis), scanned with torch's rule (first maximum in
+  row-major order; a window holding NaN gives NaN at its last NaN): all taps in one pass for
+  small windows, one axis at a time for larger ones, carrying plane positions from static
+  tables; the gradient goes to that element.
 
 Errors: where torch raises RuntimeError for an impossible argument, these raise ValueError (or
 TypeError for a wrong type) with the same condition; ValueError and NotImplementedError where
@@ -60,6 +68,7 @@ __all__ = [
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
     "max_pool1d", "max_pool2d", "max_pool3d",
     "lp_pool1d", "lp_pool2d", "lp_pool3d",
+    "grid_sample", "affine_grid", "roi_align",
     "max_unpool1d", "max_unpool2d", "max_unpool3d",
     "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
 ]
@@ -993,6 +1002,323 @@ lp_pool2d.__doc__ = _LP_DOC.format(nd=2, shape="(1, 2, 2)", out="[4.0]")
 lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152679443]")
 
 
+# --- grid_sample, affine_grid (jaxops.grid_sample, jaxops.affine_grid) and roi_align ------------
+
+_GS_MODES = {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}
+_GS_PADDINGS = ("zeros", "border", "reflection")
+
+
+@dataclasses.dataclass(frozen=True)
+class _GridSample:
+  mode: str            # jaxops.grid_sample's (ONNX) spelling: "linear", "nearest", "cubic"
+  padding_mode: str
+  align_corners: bool
+
+
+def _grid_sample_config(shape: tuple[int, ...], dtype: Any, grid_shape: tuple[int, ...],
+                        grid_dtype: Any, mode: Any, padding_mode: Any,
+                        align_corners: Any) -> _GridSample:
+  op = _op("grid_sample")
+  if not isinstance(mode, str) or mode not in _GS_MODES:
+    raise _checks.value_error(op, "mode", mode, "one of 'bilinear', 'nearest', 'bicubic'")
+  if not isinstance(padding_mode, str) or padding_mode not in _GS_PADDINGS:
+    raise _checks.value_error(op, "padding_mode", padding_mode,
+                              "one of 'zeros', 'border', 'reflection'")
+  align = False if align_corners is None else _checks.static_bool(op, "align_corners",
+                                                                  align_corners)
+  floats = tuple(np.dtype(d) for d in _FLOATS)
+  if np.dtype(dtype) not in floats:
+    raise _checks.type_error(op, "input", f"dtype {np.dtype(dtype).name}",
+                             "floating (float16, bfloat16, float32 or float64)")
+  if np.dtype(grid_dtype) != np.dtype(dtype):
+    raise _checks.type_error(op, "grid", f"dtype {np.dtype(grid_dtype).name}",
+                             f"of input's dtype {np.dtype(dtype).name} (as torch)")
+  rank = len(shape)
+  if rank not in (4, 5) or len(grid_shape) != rank:
+    raise _checks.value_error(op, "input", f"shape {tuple(shape)} with grid of shape "
+                              f"{tuple(grid_shape)}",
+                              "4-D (N, C, H, W) with a 4-D grid (N, H_out, W_out, 2), or 5-D "
+                              "(N, C, D, H, W) with a 5-D grid (N, D_out, H_out, W_out, 3)")
+  if grid_shape[0] != shape[0]:
+    raise _checks.value_error(op, "grid", f"shape {tuple(grid_shape)}",
+                              f"of input's batch size {shape[0]} (input shape {tuple(shape)})")
+  if grid_shape[-1] != rank - 2:
+    raise _checks.value_error(op, "grid", f"shape {tuple(grid_shape)}",
+                              f"of size {rank - 2} in its last dimension for a {rank}-D input")
+  if any(d == 0 for d in shape[2:]):
+    raise _checks.value_error(op, "input", f"shape {tuple(shape)}",
+                              "of non-empty spatial dimensions")
+  if mode == "bicubic" and rank == 5:
+    raise _checks.value_error(op, "mode", mode, "'bilinear' or 'nearest' for a 5-D input "
+                              "(bicubic interpolation only supports 4-D input)")
+  return _GridSample(_GS_MODES[mode], padding_mode, align)
+
+
+_GRID_SAMPLE = _checks.ConfigCache(_grid_sample_config)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _GridSample) -> jax.Array:
+  return jaxops.grid_sample(x, grid, mode=cfg.mode, padding_mode=cfg.padding_mode,
+                            align_corners=cfg.align_corners)
+
+
+def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear",
+                padding_mode: str = "zeros", align_corners: bool | None = None) -> jax.Array:
+  """``torch.nn.functional.grid_sample``: samples ``input`` at the normalised positions of
+  ``grid``.
+
+  ``input`` is ``(N, C, H, W)`` with ``grid`` ``(N, H_out, W_out, 2)``, or ``(N, C, D, H, W)``
+  with ``grid`` ``(N, D_out, H_out, W_out, 3)``; ``grid[..., 0]`` is x (width), then y, then z.
+  A normalised ``g`` on an axis of length ``L`` is the pixel coordinate ``(g + 1) / 2 * (L - 1)``
+  (``align_corners=True``) or ``((g + 1) * L - 1) / 2`` (``False``, the default; torch warns
+  when it is left as None, this does not). "nearest" reads pixel ``round(u)``, halves to even
+  (C's nearbyint, as ATen); "bilinear" (trilinear on 5-D inputs) and "bicubic" (Keys,
+  ``a = -0.75``; 4-D only) interpolate. ``padding_mode`` "zeros" reads 0 outside; "border"
+  clips the coordinate (bicubic: each of the 4x4 tap indices) into the input; "reflection"
+  reflects it about the borders (``0`` and ``L - 1`` with align_corners, ``-0.5`` and
+  ``L - 0.5`` without) and then clips it (bicubic: each tap index). This is
+  ``jaxops.grid_sample`` with ONNX's spellings "linear"/"cubic", which computes what ATen
+  computes.
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array, 4-D or 5-D.
+    grid: array of ``input``'s dtype and rank (as torch); may be traced (differentiable).
+    mode: "bilinear" (default), "nearest" or "bicubic".
+    padding_mode: "zeros" (default), "border" or "reflection".
+    align_corners: None (means False) or a bool.
+
+  Returns:
+    ``(N, C, H_out, W_out)`` (or ``(N, C, D_out, H_out, W_out)``), of ``input``'s dtype.
+
+  Raises:
+    ValueError: an unknown mode or padding mode, bicubic on a 5-D input, shapes that do not
+      match (rank, batch size, the grid's last dimension), an empty spatial dimension.
+    TypeError: a non-float input, a grid of another dtype, a traced ``align_corners``.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> x = jnp.arange(4.0).reshape(1, 1, 2, 2)
+    >>> grid = jnp.array([[[[-1.0, -1.0], [0.0, 0.0], [0.5, 1.0]]]])
+    >>> F.grid_sample(x, grid, align_corners=True).tolist()
+    [[[[0.0, 1.5, 2.75]]]]
+    >>> F.grid_sample(x, grid, mode="nearest", padding_mode="border").tolist()
+    [[[[0.0, 0.0, 3.0]]]]
+  """
+  op = _op("grid_sample")
+  x = _checks.as_array(input, op, "input")
+  g = _checks.as_array(grid, op, "grid")
+  static = (x.shape, x.dtype, g.shape, g.dtype, mode, padding_mode, align_corners)
+  cfg = _GRID_SAMPLE(_checks.cache_key(*static), *static)
+  return _grid_sample_jit(x, g, cfg)
+
+
+def _affine_grid_config(theta_shape: tuple[int, ...], theta_dtype: Any, size: Any,
+                        align_corners: Any) -> tuple[tuple[int, ...], bool]:
+  op = _op("affine_grid")
+  align = False if align_corners is None else _checks.static_bool(op, "align_corners",
+                                                                  align_corners)
+  if not jnp.issubdtype(theta_dtype, jnp.floating):  # torch: ValueError
+    raise _checks.value_error(op, "theta", f"dtype {np.dtype(theta_dtype).name}",
+                              "floating (float16, bfloat16, float32 or float64)")
+  if isinstance(size, (int, np.integer)) or np.ndim(_checks.concrete(op, "size", size)) != 1:
+    raise _checks.type_error(op, "size", size, "a sequence of 4 or 5 ints")
+  size_t = _checks.int_tuple(op, "size", size)
+  if len(size_t) not in (4, 5):
+    raise NotImplementedError(f"{op}: argument `size` must have 4 or 5 entries (affine_grid "
+                              f"only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
+                              f"respectively); got {list(size_t)}")
+  r = len(size_t) - 2
+  if len(theta_shape) != 3 or theta_shape[1:] != (r, r + 1):
+    raise _checks.value_error(op, "theta", f"shape {tuple(theta_shape)}",
+                              f"a batch of {r}-D affine matrices of shape Nx{r}x{r + 1} for "
+                              f"size {list(size_t)}")
+  if not (align and min(size_t[2:]) == 1) and min(size_t) <= 0:
+    raise _checks.value_error(op, "size", list(size_t), "non-zero, positive sizes")
+  if min(size_t) < 0:
+    raise _checks.value_error(op, "size", list(size_t), "non-negative sizes")
+  if theta_shape[0] != size_t[0]:
+    raise _checks.value_error(op, "theta", f"shape {tuple(theta_shape)}",
+                              f"of batch size {size_t[0]} (size[0])")
+  return size_t, align
+
+
+_AFFINE_GRID = _checks.ConfigCache(_affine_grid_config)
+
+
+@functools.partial(jax.jit, static_argnames=("size", "align"))
+def _affine_grid_jit(theta: jax.Array, size: tuple[int, ...], align: bool) -> jax.Array:
+  return jaxops.affine_grid(theta, size, align_corners=align)
+
+
+def affine_grid(theta: ArrayLike, size: Any, align_corners: bool | None = None) -> jax.Array:
+  """``torch.nn.functional.affine_grid``: the ``grid_sample`` grid of a batch of affine maps.
+
+  ``theta`` ``(N, 2, 3)`` with ``size = (N, C, H, W)`` gives ``(N, H, W, 2)``;
+  ``(N, 3, 4)`` with ``(N, C, D, H, W)`` gives ``(N, D, H, W, 3)``. Each entry is
+  ``theta[n] @ (x, y[, z], 1)`` at evenly spaced base positions in ``[-1, 1]``:
+  ``-1 + 2 i / (L - 1)`` with ``align_corners=True`` (0 when ``L = 1``),
+  ``-1 + (2 i + 1) / L`` otherwise (the default; None means False, without torch's warning).
+  This is ``jaxops.affine_grid``.
+
+  Args:
+    theta: floating array; may be traced (differentiable).
+    size: the target size (4 or 5 ints; static).
+    align_corners: None (means False) or a bool.
+
+  Returns:
+    The grid, of ``theta``'s dtype.
+
+  Raises:
+    ValueError: a non-float theta, a theta shape that does not match ``size``, a size entry
+      <= 0 (as torch, allowed with align_corners=True when a spatial size is 1).
+    NotImplementedError: a size of another length.
+    TypeError: a traced or non-integer size.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> theta = jnp.array([[[1.0, 0.0, 0.0], [0.0, 2.0, 0.5]]])
+    >>> F.affine_grid(theta, (1, 1, 2, 2), align_corners=False)[0, :, 0].tolist()
+    [[-0.5, -0.5], [-0.5, 1.5]]
+  """
+  op = _op("affine_grid")
+  t = _checks.as_array(theta, op, "theta")
+  static = (t.shape, t.dtype, size, align_corners)
+  size_t, align = _AFFINE_GRID(_checks.cache_key(*static), *static)
+  return _affine_grid_jit(t, size_t, align)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RoiAlign:
+  out_h: int
+  out_w: int
+  spatial_scale: float
+  sampling_ratio: int                    # jaxops.roi_align's: 0 is adaptive
+  aligned: bool
+  lengths: tuple[int, ...] | None        # boxes as a list: boxes per image; None: a (K, 5) array
+
+
+def _roi_align_config(shape: tuple[int, ...], dtype: Any, boxes: tuple, output_size: Any,
+                      spatial_scale: Any, sampling_ratio: Any, aligned: Any) -> _RoiAlign:
+  op = _op("roi_align")
+  floats = tuple(np.dtype(d) for d in _FLOATS)
+  if np.dtype(dtype) not in floats:
+    raise _checks.type_error(op, "input", f"dtype {np.dtype(dtype).name}",
+                             "floating (float16, bfloat16, float32 or float64)")
+  if len(shape) != 4:
+    raise _checks.value_error(op, "input", f"shape {tuple(shape)}", "4-D: (N, C, H, W)")
+  if shape[0] == 0 or shape[2] == 0 or shape[3] == 0:
+    raise _checks.value_error(op, "input", f"shape {tuple(shape)}", "non-empty N, H and W")
+  lengths: tuple[int, ...] | None
+  if boxes[0] == "list":  # one (L, 4) array per image
+    for s, _ in boxes[1]:
+      if len(s) != 2 or s[1] != 4:
+        raise _checks.value_error(op, "boxes", f"a list with an entry of shape {s}",
+                                  "a list of (L, 4) arrays (one per image)")
+    lengths = tuple(s[0] for s, _ in boxes[1])
+    kinds = {np.dtype(d) for _, d in boxes[1]}
+  else:
+    _, s, d = boxes
+    if len(s) != 2 or s[1] != 5:
+      raise _checks.value_error(op, "boxes", f"an array of shape {s}",
+                                "a (K, 5) array (batch index, x1, y1, x2, y2) or a list of "
+                                "(L, 4) arrays")
+    lengths = None
+    kinds = {np.dtype(d)}
+  if kinds and kinds != {np.dtype(dtype)}:
+    raise _checks.type_error(op, "boxes", f"dtype {', '.join(sorted(k.name for k in kinds))}",
+                             f"of input's dtype {np.dtype(dtype).name} (as torchvision)")
+  if isinstance(output_size, (list, tuple)):
+    if len(output_size) != 2:
+      raise _checks.value_error(op, "output_size", output_size, "an int or (height, width)")
+    out = _checks.int_tuple(op, "output_size", output_size)
+  else:
+    out = _checks.int_tuple(op, "output_size", output_size, length=2)
+  if min(out) < 0:
+    raise _checks.value_error(op, "output_size", output_size, "non-negative sizes")
+  scale = _checks.static_float(op, "spatial_scale", spatial_scale)
+  if _checks.is_traced(sampling_ratio) or isinstance(sampling_ratio, (bool, np.bool_)) or (
+      not isinstance(sampling_ratio, (int, np.integer))):
+    raise _checks.type_error(op, "sampling_ratio", sampling_ratio, "an int")
+  align = _checks.static_bool(op, "aligned", aligned)
+  return _RoiAlign(out[0], out[1], scale, max(int(sampling_ratio), 0), align, lengths)
+
+
+_ROI_ALIGN = _checks.ConfigCache(_roi_align_config)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _roi_align_jit(x: jax.Array, boxes: Any, cfg: _RoiAlign) -> jax.Array:
+  if cfg.lengths is None:
+    rois = boxes[:, 1:]
+    index = boxes[:, 0].astype(jnp.int32)  # C's (int) conversion: toward zero
+  else:
+    rois = jnp.concatenate(boxes, axis=0) if boxes else jnp.zeros((0, 4), x.dtype)
+    index = jnp.asarray(np.repeat(np.arange(len(cfg.lengths)), cfg.lengths), jnp.int32)
+  k = rois.shape[0]
+  if k == 0 or cfg.out_h == 0 or cfg.out_w == 0:
+    return jnp.zeros((k, x.shape[1], cfg.out_h, cfg.out_w), x.dtype)
+  return jaxops.roi_align(
+      x, rois, index, mode="avg", output_height=cfg.out_h, output_width=cfg.out_w,
+      sampling_ratio=cfg.sampling_ratio, spatial_scale=cfg.spatial_scale,
+      coordinate_transformation_mode="half_pixel" if cfg.aligned else "output_half_pixel")
+
+
+def roi_align(input: ArrayLike, boxes: Any, output_size: Any, spatial_scale: float = 1.0,
+              sampling_ratio: int = -1, aligned: bool = False) -> jax.Array:
+  """``torchvision.ops.roi_align``: average-pools each box into an ``output_size`` grid.
+
+  On each axis (y shown) a box is ``start = y1 * spatial_scale - offset``, ``size = y2 *
+  spatial_scale - offset - start`` with ``offset = 0.5`` when ``aligned`` (ONNX RoiAlign's
+  half_pixel) and 0 otherwise (output_half_pixel; the size is then at least 1, as torchvision
+  forces malformed boxes to 1 x 1). Each of the ``output_size`` bins averages ``g_h * g_w``
+  bilinear samples at ``start + (ph + (i + 0.5) / g) * size / output_h``; ``g = sampling_ratio``
+  when it is > 0, else ``ceil(size / output_h)`` (adaptive, exact under jit with traced boxes);
+  a bin without samples gives 0. A sample beyond one pixel outside the map reads 0; others
+  clamp into it. This is ``jaxops.roi_align(mode="avg")``, torchvision's CPU kernel's values.
+
+  Args:
+    input: ``(N, C, H, W)``; float16, bfloat16, float32 or float64.
+    boxes: a ``(K, 5)`` array of ``(batch index, x1, y1, x2, y2)`` rows (the index is truncated
+      to an int, as torchvision does), or a list of ``(L_i, 4)`` arrays, the boxes of image
+      ``i``; of ``input``'s dtype (as torchvision). The coordinates may be traced
+      (differentiable).
+    output_size: an int or ``(height, width)`` (static).
+    spatial_scale: factor from box coordinates to ``input`` coordinates.
+    sampling_ratio: samples per bin and axis; <= 0 (default -1) is adaptive.
+    aligned: shift the box by -0.5 pixel (True) or use the legacy coordinates (False).
+
+  Returns:
+    ``(K, C, output_height, output_width)``, of ``input``'s dtype.
+
+  Raises:
+    ValueError: an input that is not 4-D or is empty, boxes not ``(K, 5)`` (or a list entry
+      not ``(L, 4)``), a bad ``output_size``.
+    TypeError: a non-float input, boxes of another dtype, non-integer or traced static
+      arguments.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> x = jnp.arange(16.0).reshape(1, 1, 4, 4)
+    >>> F.roi_align(x, jnp.array([[0.0, 0.0, 0.0, 4.0, 4.0]]), 2, aligned=True).tolist()
+    [[[[2.5, 4.5], [10.5, 12.5]]]]
+    >>> F.roi_align(x, [jnp.array([[0.0, 0.0, 2.0, 2.0]])], (1, 1), sampling_ratio=2).tolist()
+    [[[[5.0]]]]
+  """
+  op = _op("roi_align")
+  x = _checks.as_array(input, op, "input")
+  if isinstance(boxes, (list, tuple)):
+    b: Any = [_checks.as_array(v, op, "boxes") for v in boxes]
+    described: Any = ("list", tuple((tuple(v.shape), v.dtype) for v in b))
+  else:
+    b = _checks.as_array(boxes, op, "boxes")
+    described = ("array", tuple(b.shape), b.dtype)
+  static = (x.shape, x.dtype, described, output_size, spatial_scale, sampling_ratio, aligned)
+  key = _checks.cache_key(x.shape, x.dtype, output_size, spatial_scale, sampling_ratio, aligned)
+  cfg = _ROI_ALIGN(None if key is None else (key, described), *static)
+  return _roi_align_jit(x, b, cfg)
+
+
 # --- max unpooling and adaptive max pooling ----------------------------------------------------
 # torch's per-(N, C)-plane indices with jaxops.max_unpool's rule for repeats; adaptive max pooling
 # on static window tables with torch's scan rule for ties and NaN.
@@ -1212,7 +1538,7 @@ _UNPOOL_DOC = """``torch.nn.functional.max_unpool{nd}d``: the partial inverse of
   default ``(n - 1) * stride - 2 * padding + kernel_size``; the indices are read in the output's
   plane whichever it is. Where two elements of a plane name the same position, the later one
   (row-major in ``input``) is kept: torch's CPU result (with one thread; see
-  docs/DEVIATIONS.md, jaxops.torch 5). Linear in ``input``; the gradient gathers the cotangent
+  docs/DEVIATIONS.md, jaxops.torch 6). Linear in ``input``; the gradient gathers the cotangent
   at the kept positions (zero for an element overwritten by a later one).
 
   Out-of-range indices: torch raises, and so does this (ValueError) when ``indices`` is

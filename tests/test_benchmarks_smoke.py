@@ -29,7 +29,7 @@ OP_FUNCTIONS = {"Resize": "resize", "AveragePool": "average_pool",
                 "GlobalAveragePool": "global_average_pool", "Cast": "cast",
                 "MaxPool": "max_pool", "MaxUnpool": "max_unpool", "LpPool": "lp_pool",
                 "GridSample": "grid_sample", "AffineGrid+GridSample": "affine_grid",
-                "RoiAlign": "roi_align"}
+                "RoiAlign": "roi_align", "jaxops.torch": "torch"}
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -43,7 +43,7 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   out = tmp_path / "out"
   proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",
               "--device", "cpu", "--no-extras", "--out", str(out), "--json",
-              str(tmp_path / "r.json"))
+              str(tmp_path / "r.json"), timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   listed = _run("benchmarks/run.py", "--list")  # the script entry point works too
   assert listed.returncode == 0, listed.stderr[-3000:]

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import jaxops
+from jaxops import _max_pool as _max_pool_module
 from jaxops.onnx import Backend, _registry, run_node
 
 
@@ -148,6 +149,47 @@ def test_max_unpool_values():
   # repeats: the later element wins; out of range: dropped.
   got = jaxops.max_unpool(row(1.0, 2.0, 3.0), np.array([[[0, 0, 9]]]), (2,))
   np.testing.assert_array_equal(np.asarray(got), row(2.0, 0.0, 0.0, 0.0))
+
+
+
+def _unpool_loop(x: np.ndarray, idx: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:
+  """The spec's reference loop: each element in row-major order written at its flat index
+  (a later one overwrites), indices outside the output skipped."""
+  y = np.zeros(int(np.prod(out_shape)), x.dtype)
+  for v, i in zip(x.ravel(), idx.ravel()):
+    if 0 <= i < y.size:
+      y[i] = v
+  return y.reshape(out_shape)
+
+
+@pytest.mark.parametrize("kernel, strides, pads", [
+    ((2, 2), (2, 2), (0, 0, 0, 0)), ((2, 3), (3, 3), (1, 0, 0, 2)), ((3,), (4,), (1, 1))])
+def test_max_unpool_window_indices_and_any_other_indices(kernel, strides, pads):
+  """Non-overlapping windows take a path without a scatter when every index lies in its own
+  window (or outside the output); any other index must give the scatter's result. Oracle: the
+  spec's loop in NumPy."""
+  rng = np.random.default_rng(11)
+  nd = len(kernel)
+  out_shape = (2, 3) + tuple((4 - 1) * s - pb - pe + k for s, k, pb, pe in zip(
+      strides, kernel, pads[:nd], pads[nd:]))  # the default output of a 4-long pooled axis
+  src = rng.standard_normal(out_shape)
+  y, idx = jaxops.max_pool(src, kernel, strides=strides, pads=pads, return_indices=True)
+  y, idx = np.asarray(y), np.asarray(idx)
+  assert y.shape[2:] == (4,) * nd
+  size = int(np.prod(out_shape))
+  dropped = idx.copy()
+  dropped.flat[[0, 5]] = [-1, size]  # outside the output: skipped, the window path still holds
+  moved = idx.copy()
+  moved.flat[3] = idx.flat[7]  # another window's position: a repeat, the later writer wins
+  f = jax.jit(lambda v, i: jaxops.max_unpool(v, i, kernel, strides=strides, pads=pads))
+  plan = _max_pool_module._unpool_plan(y.shape, y.shape, kernel, strides, pads, None)
+  for ind, windowed in ((idx, True), (dropped, True), (moved, False)):
+    np.testing.assert_array_equal(np.asarray(f(y, ind)), _unpool_loop(y, ind, out_shape))
+    fast, ok = _max_pool_module._unpool_windows(jnp.asarray(y), jnp.asarray(ind), plan)
+    assert bool(ok) == windowed  # which path ran
+    if windowed:
+      np.testing.assert_array_equal(np.asarray(fast), _unpool_loop(y, ind, out_shape))
+    check_grads(lambda v, i=ind: f(v, i), (y,), order=1, modes=("rev",))
 
 
 # --- errors -------------------------------------------------------------------------------------

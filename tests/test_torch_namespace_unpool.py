@@ -2,7 +2,7 @@
 
 Oracle: torch.nn.functional on the same data (values; indices exactly) and torch.autograd
 (gradients). torch's max_unpool runs with one intra-op thread here: with more, its CPU kernel
-races on repeated indices within a single (N, C) plane (docs/DEVIATIONS.md, jaxops.torch 5).
+races on repeated indices within a single (N, C) plane (docs/DEVIATIONS.md, jaxops.torch 6).
 The sweeps compile all of a function's configurations into one program (float64 values and
 gradients, float32 values), so that hundreds of configurations cost one XLA compile.
 """
@@ -150,7 +150,7 @@ def test_max_unpool_matches_torch(nd):
   unbatched inputs, 1-pixel axes, indices with and without repeats. float64 and float32 values
   exactly; float64 gradients: torch's where every index of a plane is distinct, else torch's
   on the kept elements and zero on the overwritten ones (the gradient of the forward;
-  docs/DEVIATIONS.md, jaxops.torch 5)."""
+  docs/DEVIATIONS.md, jaxops.torch 6)."""
   rng = np.random.default_rng(700 + nd)
   name = f"max_unpool{nd}d"
   tf, jf = getattr(TF, name), getattr(F, name)
@@ -265,7 +265,7 @@ def test_max_unpool_round_trip_from_max_pool_matches_torch(window):
 
 
 def test_max_unpool_repeated_indices_deviation_is_pinned():
-  """docs/DEVIATIONS.md, jaxops.torch 5. Repeated indices in one plane: with one thread torch
+  """docs/DEVIATIONS.md, jaxops.torch 6. Repeated indices in one plane: with one thread torch
   keeps the last write (and so does jaxops.torch); torch's backward gathers the cotangent at
   every element's index, overwritten ones included, while jaxops.torch's gradient is that of
   its forward (zero for the overwritten elements). x = [1, 2, 3, 4] to positions [1, 1, 3, 1]:
