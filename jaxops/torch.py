@@ -1506,8 +1506,10 @@ def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   lead = x.ndim - cfg.nd
   local = jnp.all(jnp.any(_unpool_hits(indices, cfg, n),
                           axis=tuple(lead + 2 * d + 1 for d in range(cfg.nd))))
+  # The scatter branch is rematerialised under differentiation: its residuals would otherwise
+  # be filled in (with zeros) on every call that takes the other branch.
   return lax.cond(local, lambda v, i: _unpool_local(v, i, cfg),
-                  lambda v, i: _unpool_scatter(v, i, cfg), x, indices)
+                  jax.checkpoint(lambda v, i: _unpool_scatter(v, i, cfg)), x, indices)
 
 
 def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, kernel_size: Any,
