@@ -30,6 +30,15 @@ How each maps onto jaxops:
 - ``roi_align`` (``torchvision.ops.roi_align``): ``jaxops.roi_align(mode="avg")``, ``aligned``
   as the half_pixel / output_half_pixel coordinate modes, ``sampling_ratio <= 0`` as adaptive,
   the batch index column (or the list of per-image boxes) as ``batch_indices``.
+- ``max_unpool1d/2d/3d``: torch's per-plane indices read in the plane of the output size as
+  given. Where the pooling's windows do not overlap and every index lies in its own window (as
+  max_pool's do; checked at run time), one select into per-element blocks; otherwise
+  ``jaxops.max_unpool``'s rule (of repeated indices the later one is kept) as one scatter.
+- ``adaptive_max_pool1d/2d/3d``: the same static windows (a reshape where they tile an axis,
+  else one gather of a static table per axis), scanned with torch's rule (first maximum in
+  row-major order; a window holding NaN gives NaN at its last NaN): all taps in one pass for
+  small windows, one axis at a time for larger ones, carrying plane positions from static
+  tables; the gradient goes to that element.
 
 Errors: where torch raises RuntimeError for an impossible argument, these raise ValueError (or
 TypeError for a wrong type) with the same condition; ValueError and NotImplementedError where
@@ -60,6 +69,8 @@ __all__ = [
     "max_pool1d", "max_pool2d", "max_pool3d",
     "lp_pool1d", "lp_pool2d", "lp_pool3d",
     "grid_sample", "affine_grid", "roi_align",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
 ]
 
 _NS = "jaxops.torch"
@@ -1306,3 +1317,507 @@ def roi_align(input: ArrayLike, boxes: Any, output_size: Any, spatial_scale: flo
   key = _checks.cache_key(x.shape, x.dtype, output_size, spatial_scale, sampling_ratio, aligned)
   cfg = _ROI_ALIGN(None if key is None else (key, described), *static)
   return _roi_align_jit(x, b, cfg)
+
+
+# --- max unpooling and adaptive max pooling ----------------------------------------------------
+# torch's per-(N, C)-plane indices with jaxops.max_unpool's rule for repeats; adaptive max pooling
+# on static window tables with torch's scan rule for ties and NaN.
+
+import itertools  # noqa: E402  (imports kept inside this self-contained section)
+import operator  # noqa: E402
+
+from jax import lax  # noqa: E402
+
+from jaxops import _max_pool as _max_pool_op  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unpool:
+  """The static plan of ``max_unpool{nd}d``: the full output shape, the pooled rank, and the
+  pooling's windows (kernel, stride, padding per axis)."""
+
+  out: tuple[int, ...]
+  nd: int
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
+
+
+def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[int, ...],
+                   kernel_size: Any, stride: Any, padding: Any, output_size: Any) -> _Unpool:
+  op = _op(name)
+  if len(shape) not in (nd + 1, nd + 2):
+    raise ValueError(f"{op}: Input to max_unpooling{nd}d should be a {nd + 1}d or {nd + 2}d "
+                     f"Tensor, but got a tensor with {len(shape)} dimensions")
+  if tuple(i_shape) != tuple(shape):
+    raise ValueError(f"{op}: argument `indices` must have the shape of input {tuple(shape)}; "
+                     f"got shape {tuple(i_shape)}")
+  for d in range(len(shape) - nd - 1, len(shape)):
+    if shape[d] == 0:
+      raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
+                       f"but got {list(shape)} with dimension {d} being empty")
+  k = _pool_arg(op, "kernel_size", kernel_size, nd)
+  s = k if stride is None else _pool_arg(op, "stride", stride, nd)
+  p = _pool_arg(op, "padding", padding, nd)
+  if nd == 3 and any(v <= 0 for v in s):  # torch checks strides of the 3-D kernel only
+    raise _checks.value_error(op, "stride", stride, "greater than zero")
+  spatial = shape[len(shape) - nd:]
+  default = [(n - 1) * sv + kv - 2 * pv for n, kv, sv, pv in zip(spatial, k, s, p)]
+  if output_size is None:
+    out = default
+  else:
+    if _checks.is_traced(output_size):
+      _checks.concrete(op, "output_size", output_size)
+    try:
+      sizes = list(output_size)
+    except TypeError:
+      raise _checks.type_error(op, "output_size", output_size,
+                               f"a sequence of {nd} or {nd + 2} ints") from None
+    if len(sizes) == nd + 2:
+      sizes = sizes[2:]
+    if len(sizes) != nd:
+      raise _checks.value_error(op, "output_size", output_size,
+                                f"a sequence of {nd} or {nd + 2} ints")
+    out = list(_checks.int_tuple(op, "output_size", sizes))
+    for d, (o, dv, sv) in enumerate(zip(out, default, s)):
+      if not dv - sv < o < dv + sv:
+        raise _checks.value_error(op, "output_size", output_size,
+                                  f"between {dv - sv} and {dv + sv} (exclusive) in dim {d}")
+  for d, o in enumerate(out):
+    if o < 0:
+      raise _checks.value_error(op, "output_size", output_size if output_size is not None
+                                else tuple(out),
+                                f"non-negative spatial sizes (kernel_size {k}, stride {s}, "
+                                f"padding {p} give {tuple(out)})")
+  return _Unpool(tuple(shape[:len(shape) - nd]) + tuple(int(o) for o in out), nd, k, s, p)
+
+
+_UNPOOL = _checks.ConfigCache(_unpool_config)
+
+
+@functools.partial(jax.jit, static_argnames=("plane",))
+def _bad_index(indices: jax.Array, plane: int) -> jax.Array:
+  return jnp.any((indices < 0) | (indices >= plane))
+
+
+def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Any indices: a scatter of the last writer of each position."""
+  out = cfg.out
+  planes = math.prod(out[:len(out) - cfg.nd])
+  plane = math.prod(out[len(out) - cfg.nd:])
+  size = planes * plane
+  dtype = _max_pool_op._index_dtype()
+  i = indices.astype(dtype).reshape(planes, -1)
+  count = i.size
+  base = jnp.arange(planes, dtype=dtype).reshape(planes, 1) * np.array(plane, dtype)
+  # Torch's per-plane index as a flat index of the whole output; out of its plane: the spare
+  # slot ``size``.
+  flat = jnp.where((i >= 0) & (i < plane), i + base, np.array(size, dtype)).reshape(-1)
+  order = jnp.arange(count, dtype=dtype)
+  # The last writer of each position (torch's loop order); then a scatter-add of the kept
+  # elements, every other one adding -0: linear in x (a gather is its transpose), and exact,
+  # as x + (-0) is x for every x. Positions nobody writes are set to +0 at the end.
+  last = jnp.full((size + 1,), -1, dtype).at[flat].max(order, mode="promise_in_bounds")
+  keep = last[flat] == order
+  neg0 = np.array(-0.0, x.dtype)
+  y = jnp.full((size + 1,), neg0, x.dtype).at[flat].add(
+      jnp.where(keep, x.reshape(-1), neg0), mode="promise_in_bounds")
+  y = jnp.where(last[:size] >= 0, y[:size], np.zeros((), x.dtype))
+  return y.reshape(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _unpool_blocks(cfg: _Unpool, n: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+  """Static tables over the blocks ``(n1, s1, n2, s2, ...)`` (input position, position in its
+  stride-long block per axis): the per-plane index that block position holds once the
+  padding is taken off, and whether it is a tap of the element's window inside the output."""
+  size = cfg.out[len(cfg.out) - cfg.nd:]
+  index: np.ndarray = np.zeros((), np.int64)
+  valid: np.ndarray = np.ones((), bool)
+  for d in range(cfg.nd):
+    o = np.arange(n[d])[:, None] * cfg.stride[d] - cfg.pad[d]
+    j = np.arange(cfg.stride[d])[None, :]
+    index = np.add.outer(index, (o + j) * math.prod(size[d + 1:]))
+    valid = np.multiply.outer(valid, (j < cfg.kernel[d]) & (o + j >= 0) & (o + j < size[d]))
+  index.setflags(write=False)
+  valid.setflags(write=False)
+  return index, valid
+
+
+def _unpool_hits(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Array:
+  """Per block position: does the element's index name it (and is it a tap of its window)."""
+  lead = indices.ndim - cfg.nd
+  index, valid = _unpool_blocks(cfg, n)
+  dtype = _max_pool_op._index_dtype()
+  shape = indices.shape[:lead] + sum(((m, 1) for m in n), ())
+  # A valid block position holds an index >= 0; -1 on the others, masked out.
+  table = jnp.asarray(np.where(valid, index, -1).astype(dtype).reshape((1,) * lead +
+                                                                       index.shape))
+  return (indices.astype(dtype).reshape(shape) == table) & (table >= 0)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Indices that each lie in their own window of a pooling whose windows do not overlap:
+  every input element owns a block of ``stride`` positions per axis, so the output is one
+  select into those blocks, then a pad (or crop) by the padding and the output size."""
+  nd = cfg.nd
+  lead = x.ndim - nd
+  n = x.shape[lead:]
+  size = cfg.out[len(cfg.out) - nd:]
+  blocks = x.shape[:lead] + sum(((m, 1) for m in n), ())
+  y = jnp.where(_unpool_hits(indices, cfg, n), x.reshape(blocks), np.zeros((), x.dtype))
+  y = y.reshape(x.shape[:lead] + tuple(m * st for m, st in zip(n, cfg.stride)))
+  config = [(0, 0, 0)] * lead + [(-p, o - (m * st - p), 0)
+                                 for p, o, m, st in zip(cfg.pad, size, n, cfg.stride)]
+  return lax.pad(y, np.zeros((), x.dtype), config)
+
+
+@_unpool_local.defjvp
+def _unpool_local_jvp(cfg: _Unpool, primals: tuple[Any, ...],
+                      tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  """The same map written per window tap as an interior-padded pad of the elements that name
+  the tap, so that its transpose (the backward pass) is strided slices and selects."""
+  (x, indices), (t, _) = primals, tangents
+  nd = cfg.nd
+  lead = x.ndim - nd
+  n = x.shape[lead:]
+  size = cfg.out[len(cfg.out) - nd:]
+  hits = _unpool_hits(indices, cfg, n)
+  zero = np.zeros((), t.dtype)
+  placed = []
+  for tap in itertools.product(*[range(k) for k in cfg.kernel]):
+    hit = hits[(slice(None),) * lead + sum(((slice(None), j) for j in tap), ())]
+    config = [(0, 0, 0)] * lead + [(j - p, o - ((m - 1) * st + 1 + j - p), st - 1)
+                                   for j, p, o, m, st in zip(tap, cfg.pad, size, n, cfg.stride)]
+    placed.append(lax.pad(jnp.where(hit, t, zero), zero, config))
+  return _unpool_local(x, indices, cfg), functools.reduce(operator.add, placed)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  if math.prod(cfg.out) == 0:
+    return jnp.zeros(cfg.out, x.dtype)
+  if not all(1 <= k <= s for k, s in zip(cfg.kernel, cfg.stride)):
+    return _unpool_scatter(x, indices, cfg)
+  # Windows that do not overlap (stride >= kernel), as max_pool's indices of them always
+  # satisfy: no two elements can name one position, and placing them needs no scatter.
+  n = x.shape[x.ndim - cfg.nd:]
+  lead = x.ndim - cfg.nd
+  local = jnp.all(jnp.any(_unpool_hits(indices, cfg, n),
+                          axis=tuple(lead + 2 * d + 1 for d in range(cfg.nd))))
+  # The scatter branch is rematerialised under differentiation: its residuals would otherwise
+  # be filled in (with zeros) on every call that takes the other branch.
+  return lax.cond(local, lambda v, i: _unpool_local(v, i, cfg),
+                  jax.checkpoint(lambda v, i: _unpool_scatter(v, i, cfg)), x, indices)
+
+
+def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, kernel_size: Any,
+                   stride: Any, padding: Any, output_size: Any) -> jax.Array:
+  op = _op(name)
+  x = _float_input(name, input)
+  i = _checks.as_array(indices, op, "indices")
+  if not jnp.issubdtype(i.dtype, jnp.integer):
+    raise TypeError(f"{op}: argument `indices` must have an integer dtype (torch's int64); "
+                    f"got dtype {i.dtype}")
+  static = (name, nd, x.shape, i.shape, kernel_size, stride, padding, output_size)
+  cfg = _UNPOOL(_checks.cache_key(*static), *static)
+  plane = math.prod(cfg.out[len(cfg.out) - nd:])
+  if math.prod(cfg.out) and not _checks.is_traced(i) and bool(_bad_index(i, plane)):
+    flat = np.asarray(i).reshape(-1)
+    bad = int(flat[(flat < 0) | (flat >= plane)][0])
+    raise ValueError(f"{op}: argument `indices` must hold indices in [0, {plane}), the size "
+                     f"of an output plane {cfg.out[len(cfg.out) - nd:]}; got {bad} (torch: "
+                     f"Found an invalid max index)")
+  return _unpool_jit(x, i, cfg)
+
+
+_UNPOOL_DOC = """``torch.nn.functional.max_unpool{nd}d``: the partial inverse of ``max_pool{nd}d``.
+
+  Each element of ``input`` goes to the position ``indices`` names within its ``(N, C)`` plane
+  of the output (torch's per-plane flat index, as ``max_pool{nd}d(..., return_indices=True)``
+  returns it); the rest is zero. The output's spatial size per axis is ``output_size`` or the
+  default ``(n - 1) * stride - 2 * padding + kernel_size``; the indices are read in the output's
+  plane whichever it is. Where two elements of a plane name the same position, the later one
+  (row-major in ``input``) is kept: torch's CPU result (with one thread; see
+  docs/DEVIATIONS.md, jaxops.torch 6). Linear in ``input``; the gradient gathers the cotangent
+  at the kept positions (zero for an element overwritten by a later one).
+
+  Out-of-range indices: torch raises, and so does this (ValueError) when ``indices`` is
+  concrete; under ``jax.jit``/``vmap``, where it cannot be checked, such elements are dropped.
+
+  Args:
+    input: ``(N, C, *spatial)`` or ``(C, *spatial)``; float16, bfloat16, float32 or float64.
+    indices: integer array of ``input``'s shape (int64 in torch; any integer dtype here).
+    kernel_size: an int or one per spatial axis.
+    stride: an int or one per axis; default ``kernel_size``.
+    padding: an int or one per axis.
+    output_size: the spatial output size, alone or after two leading entries (which are
+      ignored, as torch ignores them); each strictly between ``default - stride`` and
+      ``default + stride``.
+
+  Returns:
+    ``(N, C, *output_size)`` (or ``(C, *output_size)``), of ``input``'s dtype.
+
+  Raises:
+    ValueError: wrong rank, mismatched ``indices``, an empty non-batch axis, an
+      ``output_size`` of the wrong length or out of range, a negative output size, an index
+      outside its output plane (concrete indices).
+    TypeError: non-integer or traced sizes, a non-float input, non-integer indices.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> y, i = F.max_pool{nd}d(jnp.arange(8.0).reshape({shape}), 2, return_indices=True)
+    >>> F.max_unpool{nd}d(y, i, 2).ravel().tolist()
+    {out}
+  """
+
+
+def max_unpool1d(input: ArrayLike, indices: ArrayLike, kernel_size: Any, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None) -> jax.Array:
+  return _max_unpool_nd("max_unpool1d", 1, input, indices, kernel_size, stride, padding,
+                        output_size)
+
+
+def max_unpool2d(input: ArrayLike, indices: ArrayLike, kernel_size: Any, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None) -> jax.Array:
+  return _max_unpool_nd("max_unpool2d", 2, input, indices, kernel_size, stride, padding,
+                        output_size)
+
+
+def max_unpool3d(input: ArrayLike, indices: ArrayLike, kernel_size: Any, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None) -> jax.Array:
+  return _max_unpool_nd("max_unpool3d", 3, input, indices, kernel_size, stride, padding,
+                        output_size)
+
+
+max_unpool1d.__doc__ = _UNPOOL_DOC.format(
+    nd=1, shape="1, 1, 8", out="[0.0, 1.0, 0.0, 3.0, 0.0, 5.0, 0.0, 7.0]")
+max_unpool2d.__doc__ = _UNPOOL_DOC.format(
+    nd=2, shape="1, 2, 4", out="[0.0, 0.0, 0.0, 0.0, 0.0, 5.0, 0.0, 7.0]")
+max_unpool3d.__doc__ = _UNPOOL_DOC.format(
+    nd=3, shape="1, 2, 2, 2", out="[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0]")
+
+
+@dataclasses.dataclass(frozen=True)
+class _AdaptiveMax:
+  """The static plan of ``adaptive_max_pool{nd}d``: (in, out) per pooled axis."""
+
+  axes: tuple[tuple[int, int], ...]
+  indices: bool
+
+
+def _amax_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any,
+                 return_indices: Any) -> _AdaptiveMax:
+  op = _op(name)
+  ind = _checks.static_bool(op, "return_indices", return_indices)
+  axes = _adaptive_config(name, nd, shape, output_size).axes
+  plane = math.prod(n for n, _ in axes)
+  if ind and plane > np.iinfo(_max_pool_op._index_dtype()).max:
+    raise ValueError(f"{op}: an input plane of {plane} elements is more than "
+                     f"{_max_pool_op._index_dtype().name} indices can address; enable "
+                     f"jax_enable_x64 for int64 indices")
+  return _AdaptiveMax(axes, ind)
+
+
+_AMAX = _checks.ConfigCache(_amax_config)
+
+@functools.lru_cache(maxsize=512)
+def _amax_table(n_in: int, n_out: int) -> np.ndarray:
+  """``(n_out, K)`` input positions of each window, its last position repeated up to ``K``
+  (the longest window's length)."""
+  o = np.arange(n_out, dtype=np.int64)
+  start = (o * n_in) // n_out
+  end = -((-(o + 1) * n_in) // n_out)
+  k = int((end - start).max())
+  table = np.minimum(start[:, None] + np.arange(k)[None, :], end[:, None] - 1)
+  table.setflags(write=False)
+  return table
+
+
+@functools.lru_cache(maxsize=256)
+def _amax_plan(axes: tuple[tuple[int, int], ...]) -> np.ndarray:
+  """The joint window ``(m1, K1, m2, K2, ...)``: each tap's flat position in the input plane
+  (row-major, so never decreasing in the window's scan order)."""
+  spatial = [n for n, _ in axes]
+  pos: np.ndarray = np.zeros((), np.int64)
+  for d, (n_in, n_out) in enumerate(axes):
+    pos = np.add.outer(pos, _amax_table(n_in, n_out) * math.prod(spatial[d + 1:]))
+  pos.setflags(write=False)
+  return pos
+
+
+def _amax_windows(v: jax.Array, axes: tuple[tuple[int, int], ...]) -> jax.Array:
+  """``v`` with each pooled axis replaced by (window, tap): a reshape where the windows tile
+  the axis, else one gather of the static table."""
+  lead = v.ndim - len(axes)
+  for d, (n_in, n_out) in enumerate(axes):
+    a = lead + 2 * d
+    table = _amax_table(n_in, n_out)
+    shape = v.shape[:a] + table.shape + v.shape[a + 1:]
+    if n_in % n_out:
+      v = jnp.take(v, jnp.asarray(table.reshape(-1).astype(np.int32)), axis=a, mode="clip")
+    v = v.reshape(shape)
+  return v
+
+
+# Joint windows of at most this many taps are scanned in one pass over their taps; larger ones
+# one axis at a time.
+_AMAX_SCAN_TAPS = 48
+
+
+def _amax_scan(g: jax.Array, taps: list[tuple[Any, ...]],
+               cand: Any) -> tuple[jax.Array, jax.Array]:
+  """Torch's scan over ``taps`` (index tuples into ``g``, in scan order): an element is taken
+  when it is greater than the running maximum or NaN. ``cand(tap)`` is the plane position
+  of that tap. Returns (maximum, position)."""
+  best = g[taps[0]]
+  where = jnp.broadcast_to(cand(taps[0]), best.shape)
+  for tap in taps[1:]:
+    v = g[tap]
+    take = (v > best) | jnp.isnan(v)
+    best = jnp.where(take, v, best)
+    where = jnp.where(take, cand(tap), where)
+  return best, where
+
+
+def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Array,
+                                                                             jax.Array]:
+  """(maximum, torch's per-plane index) of every adaptive window.
+
+  Torch scans a window row-major and takes an element when it is greater than the running
+  maximum or NaN: ties go to the first maximum, and a window holding NaN gives NaN at its last
+  NaN. Small windows run that scan over all their taps at once; larger ones one axis at a time
+  from the last, carrying each partial maximum's position (the scan is separable: the first
+  maximum in row-major order is the first row's first maximum among the rows' maxima, and the
+  last NaN the last row's last NaN). A repeated tap (the padding of a short window) names an
+  element of the window again and changes neither.
+  """
+  nd = len(axes)
+  lead = x.ndim - nd
+  dtype = _max_pool_op._index_dtype()
+  pos = _amax_plan(axes).astype(dtype)
+  if math.prod(pos.shape[1::2]) <= _AMAX_SCAN_TAPS:
+    g = _amax_windows(x, axes)
+    every = [sum(((slice(None), j) for j in tap), ())
+             for tap in itertools.product(*[range(k) for k in pos.shape[1::2]])]
+    return _amax_scan(g, [(slice(None),) * lead + at for at in every],
+                      lambda tap: jnp.asarray(pos[tap[lead:]].reshape(
+                          (1,) * lead + pos[tap[lead:]].shape)))
+  spatial = [n for n, _ in axes]
+  v: Any = x
+  where: Any = None
+  for d in reversed(range(nd)):
+    n_in, n_out = axes[d]
+    a = lead + d
+    one = axes[d:d + 1]
+    table = (_amax_table(n_in, n_out) * math.prod(spatial[d + 1:])).astype(dtype)
+    g = _amax_windows(jnp.moveaxis(v, a, -1), one)
+    gp = None if where is None else _amax_windows(jnp.moveaxis(where, a, -1), one)
+    shape = (1,) * (g.ndim - 2) + (n_out,)
+
+    def cand(tap: tuple[Any, ...], table: np.ndarray = table, gp: Any = gp,
+             shape: tuple[int, ...] = shape) -> Any:
+      c = jnp.asarray(table[:, tap[-1]].reshape(shape))
+      return c if gp is None else c + gp[tap]
+
+    taps = [(Ellipsis, j) for j in range(table.shape[1])]
+    best, pos_d = _amax_scan(g, taps, cand)
+    v, where = jnp.moveaxis(best, -1, a), jnp.moveaxis(pos_d, -1, a)
+  return v, where
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _amax(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Array, jax.Array]:
+  return _amax_forward(x, axes)
+
+
+@_amax.defjvp
+def _amax_jvp(axes: tuple[tuple[int, int], ...], primals: tuple[Any, ...],
+              tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  """The tangent of the selected element: a gather at the index, so the backward pass is a
+  scatter-add of one value per output (torch's backward)."""
+  (x,), (t,) = primals, tangents
+  y, pos = _amax_forward(x, axes)
+  planes = math.prod(x.shape[:x.ndim - len(axes)])
+  ty = jnp.take_along_axis(t.reshape(planes, -1), lax.stop_gradient(pos).reshape(planes, -1),
+                           axis=1, mode="clip").reshape(y.shape)
+  return (y, pos), (ty, np.zeros(pos.shape, jax.dtypes.float0))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _amax_jit(x: jax.Array, cfg: _AdaptiveMax) -> Any:
+  nd = len(cfg.axes)
+  shape = x.shape[:x.ndim - nd] + tuple(o for _, o in cfg.axes)
+  if math.prod(shape) == 0:
+    y, i = jnp.zeros(shape, x.dtype), jnp.zeros(shape, _max_pool_op._index_dtype())
+  else:
+    y, i = _amax(x, cfg.axes)
+  return (y, i) if cfg.indices else y
+
+
+def _adaptive_max(name: str, nd: int, input: ArrayLike, output_size: Any,
+                  return_indices: Any) -> Any:
+  x = _float_input(name, input)
+  static = (name, nd, x.shape, output_size, return_indices)
+  cfg = _AMAX(_checks.cache_key(*static), *static)
+  return _amax_jit(x, cfg)
+
+
+_AMAX_DOC = """``torch.nn.functional.adaptive_max_pool{nd}d`` on ``(N, C, *spatial)`` or
+  ``(C, *spatial)``.
+
+  Per axis, output ``o`` of ``n -> m`` takes the maximum over input
+  ``[floor(o * n / m), ceil((o + 1) * n / m))`` (windows of uneven length where ``m`` does not
+  divide ``n``); the window is the product of the per-axis ones. As torch's CPU kernel, the
+  window is scanned row-major and an element is taken when it is greater than the running
+  maximum or NaN: ties go to the first maximum, and a window holding NaN gives NaN, indexed at
+  its last NaN. ``return_indices`` gives torch's indices: the flat position of the maximum
+  within its ``(N, C)`` plane of the input (for ``max_unpool{nd}d``). The gradient goes to that
+  element (summed where windows share it), as torch's autograd.
+
+  Args:
+    input: float16, bfloat16, float32 or float64 array.
+    output_size: {size_arg}
+    return_indices: also return the indices (int64; int32 without JAX's 64-bit mode).
+
+  Returns:
+    The pooled array (``input``'s dtype), or the pair (pooled, indices).
+
+  Raises:
+    ValueError: wrong rank, an empty non-batch axis, a negative size, a sequence of the wrong
+      length.
+    TypeError: a non-integer or traced size, a non-float input.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> y, i = F.adaptive_max_pool{nd}d(jnp.array({x}), {out}, return_indices=True)
+    >>> y.ravel().tolist(), i.ravel().tolist()
+    {result}
+  """
+
+
+def adaptive_max_pool1d(input: ArrayLike, output_size: Any,
+                        return_indices: bool = False) -> Any:
+  return _adaptive_max("adaptive_max_pool1d", 1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input: ArrayLike, output_size: Any,
+                        return_indices: bool = False) -> Any:
+  return _adaptive_max("adaptive_max_pool2d", 2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input: ArrayLike, output_size: Any,
+                        return_indices: bool = False) -> Any:
+  return _adaptive_max("adaptive_max_pool3d", 3, input, output_size, return_indices)
+
+
+adaptive_max_pool1d.__doc__ = _AMAX_DOC.format(
+    nd=1, size_arg="the output length ``m`` (an int or a 1-tuple).",
+    x="[[[1.0, 3.0, 3.0, 2.0, 0.0]]]", out=3, result="([3.0, 3.0, 2.0], [1, 1, 3])")
+adaptive_max_pool2d.__doc__ = _AMAX_DOC.format(
+    nd=2, size_arg="``m`` for both axes, or ``(mH, mW)``; a ``None`` entry keeps that size.",
+    x="[[[1.0, 5.0, 2.0], [4.0, 3.0, 6.0]]]", out="(1, 2)", result="([5.0, 6.0], [1, 5])")
+adaptive_max_pool3d.__doc__ = _AMAX_DOC.format(
+    nd=3, size_arg="``m`` for every axis, or ``(mD, mH, mW)``; a ``None`` entry keeps that "
+    "size.", x="[[[[1.0, 2.0], [7.0, 4.0]]]]", out=1, result="([7.0], [2])")
