@@ -505,18 +505,38 @@ def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
 
 @functools.partial(jax.jit, static_argnums=2)
 def _max_unpool(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  if plan.windows is None:
-    y = _unpool_scatter(x, indices, plan)
-  else:
-    # Indices that max_pool made lie in their own windows: then the scatter is not needed. The
-    # check is on the values, so any other indices still get the scatter's result.
-    # The values are computed inside the branch (computed outside, they would be copied out).
-    ok = _unpool_windows(x, indices, plan)[1]
-    y = lax.cond(ok, lambda a, i: _unpool_windows(a, i, plan)[0],
-                 lambda a, i: _unpool_scatter(a, i, plan), x, indices)
+  y = _unpool_scatter(x, indices, plan) if plan.windows is None else _unpool_select(
+      x, indices, plan)
   if plan.out != plan.default:
     y = lax.pad(y, np.zeros((), y.dtype), [(0, o - d, 0) for o, d in zip(plan.out, plan.default)])
   return y
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _unpool_select(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
+  """The unpool of non-overlapping windows: indices that max_pool made lie in their own windows,
+  and then no scatter is needed. The check is on the values, so any other indices still get the
+  scatter's result. The values are computed inside the branch (computed outside, they would be
+  copied out of it)."""
+  ok = _unpool_windows(x, indices, plan)[1]
+  return lax.cond(ok, lambda a, i: _unpool_windows(a, i, plan)[0],
+                  lambda a, i: _unpool_scatter(a, i, plan), x, indices)
+
+
+@_unpool_select.defjvp
+def _unpool_select_jvp(plan: _UnpoolPlan, primals: tuple[Any, ...],
+                       tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  # The same linear map on the tangent, as a scatter-add: its transpose (the backward pass) is a
+  # gather, where a reverse pass through the cond of values runs several times slower.
+  x, indices = primals
+  ok = _unpool_windows(x, indices, plan)[1]
+  size = math.prod(plan.default)
+  # Where every index lies in its own window no two elements share a position, and the kept
+  # ones are those in range; the general rule (last writer wins) only otherwise.
+  target = lax.cond(
+      ok, lambda i: jnp.where((i >= 0) & (i < size), i, size).reshape(-1).astype(_index_dtype()),
+      lambda i: _unpool_targets(i, plan), indices)
+  return _unpool_select(x, indices, plan), _scatter_add(tangents[0], target, plan)
 
 
 def _unpool_windows(x: jax.Array, indices: jax.Array,
@@ -566,17 +586,31 @@ def _unpool_windows(x: jax.Array, indices: jax.Array,
   return lax.slice(y, starts, tuple(b + o for b, o in zip(starts, plan.default))), ok
 
 
-def _unpool_scatter(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
+def _unpool_targets(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
+  """Each element's flat output position, or ``size`` (a slot past the output) where it is
+  dropped: out of range, or overwritten by a later element naming the same position (the
+  reference loop's assignment order). No two kept elements share a position."""
   size = math.prod(plan.default)
   flat_i = indices.reshape(-1)
   flat_i = jnp.where((flat_i >= 0) & (flat_i < size), flat_i, size)  # out of range: dropped
   flat_i = flat_i.astype(_index_dtype())
   order = jnp.arange(flat_i.shape[0], dtype=_index_dtype())
-  # The last writer of each position (the reference loop's assignment order), then one write per
-  # position: a scatter of x that no two elements share, so linear in x.
   last = jnp.full((size + 1,), -1, order.dtype).at[flat_i].max(order, mode="drop")
   keep = last[flat_i] == order
-  target = jnp.where(keep, flat_i, size)
-  y = jnp.zeros((size + 1,), x.dtype).at[target].set(x.reshape(-1), mode="drop",
-                                                      unique_indices=False)[:size]
+  return jnp.where(keep, flat_i, size)
+
+
+def _unpool_scatter(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
+  """One write per kept element: linear in x (a set, so that a zero keeps its sign)."""
+  size = math.prod(plan.default)
+  y = jnp.zeros((size + 1,), x.dtype).at[_unpool_targets(indices, plan)].set(
+      x.reshape(-1), mode="drop", unique_indices=False)[:size]
+  return y.reshape(plan.default)
+
+
+def _scatter_add(t: jax.Array, target: jax.Array, plan: _UnpoolPlan) -> jax.Array:
+  """``t`` added at ``target`` (positions no two share, or the slot ``size`` past the output):
+  ``_unpool_scatter``'s values but the sign of zeros, and its transpose is a gather."""
+  size = math.prod(plan.default)
+  y = jnp.zeros((size + 1,), t.dtype).at[target].add(t.reshape(-1), mode="drop")[:size]
   return y.reshape(plan.default)
