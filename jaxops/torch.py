@@ -22,7 +22,8 @@ How each maps onto jaxops:
   ``(sign(a) * relu(|a|) * prod(kernel_size)) ** (1 / norm_type)``, ``a`` the average of
   ``input ** norm_type``.
 - ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
-  is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel.
+  is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel;
+  where every ``m`` divides its ``n``, ``jaxops.average_pool`` with kernel = stride = ``n / m``.
 - ``grid_sample``: ``jaxops.grid_sample`` (ONNX GridSample's "linear"/"cubic" spellings of
   "bilinear"/"bicubic"; its nearest rounding, cubic border/reflection taps and reflection
   borders are ATen's).
@@ -465,6 +466,10 @@ def _adaptive_jit(x: jax.Array, cfg: _Adaptive) -> jax.Array:
   lead = x.ndim - len(cfg.axes)
   if x.size == 0 or any(o == 0 for _, o in cfg.axes):
     return jnp.zeros(x.shape[:lead] + tuple(o for _, o in cfg.axes), x.dtype)
+  if all(n % o == 0 for n, o in cfg.axes) and any(n != o for n, o in cfg.axes):
+    # Even windows (n -> n / k): the windows are average_pool's with kernel = stride = k.
+    k = tuple(n // o for n, o in cfg.axes)
+    return jaxops.average_pool(x, k, strides=k)
   passes = [(lead + d, idx, w) for d, ((n, o), (idx, w))
             in enumerate(zip(cfg.axes, _adaptive_tables(cfg))) if n != o]
   return _resize_kernel.apply_separable(x, passes) if passes else x
