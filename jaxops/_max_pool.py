@@ -539,51 +539,107 @@ def _unpool_select_jvp(plan: _UnpoolPlan, primals: tuple[Any, ...],
   return _unpool_select(x, indices, plan), _scatter_add(tangents[0], target, plan)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Unpool:
+  """Non-overlapping windows to unpool into (stride >= kernel): the full output shape, the pooled
+  rank, and the pooling's windows (kernel, stride, leading padding per axis). Shared by
+  ``max_unpool`` and ``jaxops.torch.max_unpool{1,2,3}d``."""
+
+  out: tuple[int, ...]
+  nd: int
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _unpool_blocks(cfg: _Unpool, n: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+  """Static tables over the blocks ``(n1, s1, n2, s2, ...)`` (input position, position in its
+  stride-long block per axis): the per-plane index that block position holds once the
+  padding is taken off, and whether it is a tap of the element's window inside the output."""
+  size = cfg.out[len(cfg.out) - cfg.nd:]
+  index: np.ndarray = np.zeros((), np.int64)
+  valid: np.ndarray = np.ones((), bool)
+  for d in range(cfg.nd):
+    o = np.arange(n[d])[:, None] * cfg.stride[d] - cfg.pad[d]
+    j = np.arange(cfg.stride[d])[None, :]
+    index = np.add.outer(index, (o + j) * math.prod(size[d + 1:]))
+    valid = np.multiply.outer(valid, (j < cfg.kernel[d]) & (o + j >= 0) & (o + j < size[d]))
+  index.setflags(write=False)
+  valid.setflags(write=False)
+  return index, valid
+
+
+def _unpool_hits(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Array:
+  """Per block position: does the element's index name it (and is it a tap of its window)."""
+  lead = indices.ndim - cfg.nd
+  index, valid = _unpool_blocks(cfg, n)
+  dtype = _index_dtype()
+  shape = indices.shape[:lead] + sum(((m, 1) for m in n), ())
+  # A valid block position holds an index >= 0; -1 on the others, masked out.
+  table = jnp.asarray(np.where(valid, index, -1).astype(dtype).reshape((1,) * lead +
+                                                                       index.shape))
+  return (indices.astype(dtype).reshape(shape) == table) & (table >= 0)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Indices that each lie in their own window of a pooling whose windows do not overlap:
+  every input element owns a block of ``stride`` positions per axis, so the output is one
+  select into those blocks, then a pad (or crop) by the padding and the output size."""
+  nd = cfg.nd
+  lead = x.ndim - nd
+  n = x.shape[lead:]
+  size = cfg.out[len(cfg.out) - nd:]
+  blocks = x.shape[:lead] + sum(((m, 1) for m in n), ())
+  y = jnp.where(_unpool_hits(indices, cfg, n), x.reshape(blocks), np.zeros((), x.dtype))
+  y = y.reshape(x.shape[:lead] + tuple(m * st for m, st in zip(n, cfg.stride)))
+  config = [(0, 0, 0)] * lead + [(-p, o - (m * st - p), 0)
+                                 for p, o, m, st in zip(cfg.pad, size, n, cfg.stride)]
+  return lax.pad(y, np.zeros((), x.dtype), config)
+
+
+@_unpool_local.defjvp
+def _unpool_local_jvp(cfg: _Unpool, primals: tuple[Any, ...],
+                      tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  """The same map written per window tap as an interior-padded pad of the elements that name
+  the tap, so that its transpose (the backward pass) is strided slices and selects."""
+  (x, indices), (t, _) = primals, tangents
+  nd = cfg.nd
+  lead = x.ndim - nd
+  n = x.shape[lead:]
+  size = cfg.out[len(cfg.out) - nd:]
+  hits = _unpool_hits(indices, cfg, n)
+  zero = np.zeros((), t.dtype)
+  placed = []
+  for tap in itertools.product(*[range(k) for k in cfg.kernel]):
+    hit = hits[(slice(None),) * lead + sum(((slice(None), j) for j in tap), ())]
+    config = [(0, 0, 0)] * lead + [(j - p, o - ((m - 1) * st + 1 + j - p), st - 1)
+                                   for j, p, o, m, st in zip(tap, cfg.pad, size, n, cfg.stride)]
+    placed.append(lax.pad(jnp.where(hit, t, zero), zero, config))
+  return _unpool_local(x, indices, cfg), functools.reduce(operator.add, placed)
+
+
 def _unpool_windows(x: jax.Array, indices: jax.Array,
                     plan: _UnpoolPlan) -> tuple[jax.Array, jax.Array]:
-  """(the unpool, whether it is exact): each element written where its index names a position
-  of its own (non-overlapping) window, and the check that every index does so or is dropped.
-
-  Per pooled axis the window of input position ``q`` covers output positions
-  ``q * stride - pad_begin + j`` for ``j < kernel``: the result is built as an array of
-  ``(q, j)`` blocks, each padded from ``kernel`` to ``stride`` and laid end to end, then cut to
-  the output length.
-  """
+  """(the unpool into non-overlapping windows, whether it is exact): each element written
+  where its index names a position of its own window, and the check that every index does so
+  or lies outside the output (dropped)."""
   windows = plan.windows or ()
   nd = len(windows)
-  lead = x.shape[:x.ndim - nd]
-  n_in = x.shape[x.ndim - nd:]
-  out_sp = plan.default[x.ndim - nd:]
-  row = [math.prod(out_sp[a + 1:]) for a in range(nd)]
-  # The flat spatial position of (q_1, j_1, q_2, j_2, ...), and whether it is in the output.
-  flat = np.zeros((), np.int64)
-  valid = np.ones((), bool)
-  for a, (k, s, pb) in enumerate(windows):
-    pos = (np.arange(n_in[a]) * s - pb)[:, None] + np.arange(k)[None, :]
-    flat = flat[..., None, None] + (pos * row[a])
-    valid = valid[..., None, None] & (pos >= 0) & (pos < out_sp[a])
-  flat = np.where(valid, flat, 0).reshape((1,) * len(lead) + flat.shape)
-  valid = valid.reshape(flat.shape)
-  wide = lead + tuple(v for n, (k, _, _) in zip(n_in, windows) for v in (n, k))
-  expand = lead + tuple(v for n in n_in for v in (n, 1))
-  idx_dtype = indices.dtype
-  plane = math.prod(out_sp)
-  lead_flat = (jnp.arange(math.prod(lead), dtype=idx_dtype) * plane).reshape(
-      lead + (1,) * (2 * nd))
-  target = jnp.where(valid, lead_flat + jnp.asarray(flat, idx_dtype), -1)
-  hit = indices.reshape(expand) == target
-  y = jnp.where(hit, x.reshape(expand), jnp.zeros((), x.dtype))
+  lead = x.ndim - nd
+  cfg = _Unpool(plan.default, nd, tuple(k for k, _, _ in windows),
+                tuple(s for _, s, _ in windows), tuple(p for _, _, p in windows))
+  plane = math.prod(plan.default[lead:])
+  # Flat indices as per-plane ones; another plane's position falls outside [0, plane).
+  base = (jnp.arange(math.prod(x.shape[:lead]), dtype=indices.dtype) * plane).reshape(
+      x.shape[:lead] + (1,) * nd)
+  local = indices - base
   size = math.prod(plan.default)
   dropped = (indices < 0) | (indices >= size)
-  placed = jnp.any(hit, axis=tuple(range(len(lead) + 1, len(wide), 2)))
-  ok = jnp.all(placed | dropped)
-  # (q, j) blocks -> padded to stride -> laid end to end -> cut at pad_begin.
-  y = lax.pad(y, np.zeros((), y.dtype),
-              [(0, 0, 0)] * len(lead)
-              + [c for (k, s, _) in windows for c in ((0, 0, 0), (0, s - k, 0))])
-  y = y.reshape(lead + tuple(n * s for n, (_, s, _) in zip(n_in, windows)))
-  starts = (0,) * len(lead) + tuple(pb for (_, _, pb) in windows)
-  return lax.slice(y, starts, tuple(b + o for b, o in zip(starts, plan.default))), ok
+  placed = jnp.any(_unpool_hits(local, cfg, x.shape[lead:]),
+                   axis=tuple(lead + 2 * d + 1 for d in range(nd)))
+  return _unpool_local(x, local, cfg), jnp.all(placed | dropped)
 
 
 def _unpool_targets(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:

@@ -1334,18 +1334,7 @@ import operator  # noqa: E402
 from jax import lax  # noqa: E402
 
 from jaxops import _max_pool as _max_pool_op  # noqa: E402
-
-
-@dataclasses.dataclass(frozen=True)
-class _Unpool:
-  """The static plan of ``max_unpool{nd}d``: the full output shape, the pooled rank, and the
-  pooling's windows (kernel, stride, padding per axis)."""
-
-  out: tuple[int, ...]
-  nd: int
-  kernel: tuple[int, ...]
-  stride: tuple[int, ...]
-  pad: tuple[int, ...]
+from jaxops._max_pool import _Unpool, _unpool_hits, _unpool_local  # noqa: E402
 
 
 def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[int, ...],
@@ -1429,74 +1418,6 @@ def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array
       jnp.where(keep, x.reshape(-1), neg0), mode="promise_in_bounds")
   y = jnp.where(last[:size] >= 0, y[:size], np.zeros((), x.dtype))
   return y.reshape(out)
-
-
-@functools.lru_cache(maxsize=256)
-def _unpool_blocks(cfg: _Unpool, n: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-  """Static tables over the blocks ``(n1, s1, n2, s2, ...)`` (input position, position in its
-  stride-long block per axis): the per-plane index that block position holds once the
-  padding is taken off, and whether it is a tap of the element's window inside the output."""
-  size = cfg.out[len(cfg.out) - cfg.nd:]
-  index: np.ndarray = np.zeros((), np.int64)
-  valid: np.ndarray = np.ones((), bool)
-  for d in range(cfg.nd):
-    o = np.arange(n[d])[:, None] * cfg.stride[d] - cfg.pad[d]
-    j = np.arange(cfg.stride[d])[None, :]
-    index = np.add.outer(index, (o + j) * math.prod(size[d + 1:]))
-    valid = np.multiply.outer(valid, (j < cfg.kernel[d]) & (o + j >= 0) & (o + j < size[d]))
-  index.setflags(write=False)
-  valid.setflags(write=False)
-  return index, valid
-
-
-def _unpool_hits(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Array:
-  """Per block position: does the element's index name it (and is it a tap of its window)."""
-  lead = indices.ndim - cfg.nd
-  index, valid = _unpool_blocks(cfg, n)
-  dtype = _max_pool_op._index_dtype()
-  shape = indices.shape[:lead] + sum(((m, 1) for m in n), ())
-  # A valid block position holds an index >= 0; -1 on the others, masked out.
-  table = jnp.asarray(np.where(valid, index, -1).astype(dtype).reshape((1,) * lead +
-                                                                       index.shape))
-  return (indices.astype(dtype).reshape(shape) == table) & (table >= 0)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
-  """Indices that each lie in their own window of a pooling whose windows do not overlap:
-  every input element owns a block of ``stride`` positions per axis, so the output is one
-  select into those blocks, then a pad (or crop) by the padding and the output size."""
-  nd = cfg.nd
-  lead = x.ndim - nd
-  n = x.shape[lead:]
-  size = cfg.out[len(cfg.out) - nd:]
-  blocks = x.shape[:lead] + sum(((m, 1) for m in n), ())
-  y = jnp.where(_unpool_hits(indices, cfg, n), x.reshape(blocks), np.zeros((), x.dtype))
-  y = y.reshape(x.shape[:lead] + tuple(m * st for m, st in zip(n, cfg.stride)))
-  config = [(0, 0, 0)] * lead + [(-p, o - (m * st - p), 0)
-                                 for p, o, m, st in zip(cfg.pad, size, n, cfg.stride)]
-  return lax.pad(y, np.zeros((), x.dtype), config)
-
-
-@_unpool_local.defjvp
-def _unpool_local_jvp(cfg: _Unpool, primals: tuple[Any, ...],
-                      tangents: tuple[Any, ...]) -> tuple[Any, Any]:
-  """The same map written per window tap as an interior-padded pad of the elements that name
-  the tap, so that its transpose (the backward pass) is strided slices and selects."""
-  (x, indices), (t, _) = primals, tangents
-  nd = cfg.nd
-  lead = x.ndim - nd
-  n = x.shape[lead:]
-  size = cfg.out[len(cfg.out) - nd:]
-  hits = _unpool_hits(indices, cfg, n)
-  zero = np.zeros((), t.dtype)
-  placed = []
-  for tap in itertools.product(*[range(k) for k in cfg.kernel]):
-    hit = hits[(slice(None),) * lead + sum(((slice(None), j) for j in tap), ())]
-    config = [(0, 0, 0)] * lead + [(j - p, o - ((m - 1) * st + 1 + j - p), st - 1)
-                                   for j, p, o, m, st in zip(tap, cfg.pad, size, n, cfg.stride)]
-    placed.append(lax.pad(jnp.where(hit, t, zero), zero, config))
-  return _unpool_local(x, indices, cfg), functools.reduce(operator.add, placed)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
