@@ -57,6 +57,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.typing import ArrayLike
 
 import jaxops
@@ -954,9 +955,21 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
   p = _checks.static_float(op, "norm_type", norm_type)
   k = _pool_arg(op, "kernel_size", kernel_size, nd)
   avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
-  a = avg(x ** jnp.asarray(p, x.dtype), kernel_size, stride, 0, ceil_mode)
-  return (jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k)) ** jnp.asarray(1.0 / p,
-                                                                              x.dtype)
+  a = avg(_pow_scalar(x, p), kernel_size, stride, 0, ceil_mode)
+  return _pow_scalar(jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k), 1.0 / p)
+
+
+def _pow_scalar(v: jax.Array, e: float) -> jax.Array:
+  """``torch.pow(v, e)`` for a Python number ``e``, with torch's special cases (a copy for 1,
+  products for 2 and 3, a square root for 0.5): the same values, and no transcendental
+  ``pow`` (nor one in the derivative) where torch has none."""
+  if e == 1:
+    return v
+  if e in (2, 3):
+    return lax.integer_pow(v, int(e))
+  if e == 0.5:
+    return jnp.sqrt(v)
+  return v ** jnp.asarray(e, v.dtype)
 
 
 _LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x ** p) ** (1 / p)``.
@@ -1330,8 +1343,6 @@ def roi_align(input: ArrayLike, boxes: Any, output_size: Any, spatial_scale: flo
 
 import itertools  # noqa: E402  (imports kept inside this self-contained section)
 import operator  # noqa: E402
-
-from jax import lax  # noqa: E402
 
 from jaxops import _max_pool as _max_pool_op  # noqa: E402
 from jaxops._max_pool import _Unpool, _unpool_hits, _unpool_local  # noqa: E402
