@@ -1405,30 +1405,72 @@ def _bad_index(indices: jax.Array, plane: int) -> jax.Array:
   return jnp.any((indices < 0) | (indices >= plane))
 
 
-def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
-  """Any indices: a scatter of the last writer of each position."""
+def _unpool_flat(indices: jax.Array, cfg: _Unpool) -> tuple[jax.Array, int]:
+  """Torch's per-plane indices as flat indices of the whole output, or the spare slot ``size``
+  where an index lies outside its plane; and ``size``."""
   out = cfg.out
   planes = math.prod(out[:len(out) - cfg.nd])
   plane = math.prod(out[len(out) - cfg.nd:])
   size = planes * plane
   dtype = _max_pool_op._index_dtype()
   i = indices.astype(dtype).reshape(planes, -1)
-  count = i.size
   base = jnp.arange(planes, dtype=dtype).reshape(planes, 1) * np.array(plane, dtype)
-  # Torch's per-plane index as a flat index of the whole output; out of its plane: the spare
-  # slot ``size``.
-  flat = jnp.where((i >= 0) & (i < plane), i + base, np.array(size, dtype)).reshape(-1)
-  order = jnp.arange(count, dtype=dtype)
-  # The last writer of each position (torch's loop order); then a scatter-add of the kept
-  # elements, every other one adding -0: linear in x (a gather is its transpose), and exact,
-  # as x + (-0) is x for every x. Positions nobody writes are set to +0 at the end.
-  last = jnp.full((size + 1,), -1, dtype).at[flat].max(order, mode="promise_in_bounds")
-  keep = last[flat] == order
+  return jnp.where((i >= 0) & (i < plane), i + base, np.array(size, dtype)).reshape(-1), size
+
+
+def _unpool_last(flat: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+  """Per output position (and the spare slot), the number of its last writer in torch's loop
+  order (-1: none); per element, whether it is that last writer."""
+  order = jnp.arange(flat.shape[0], dtype=flat.dtype)
+  last = jnp.full((size + 1,), -1, flat.dtype).at[flat].max(order, mode="promise_in_bounds")
+  return last, last[flat] == order
+
+
+def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Any indices: a scatter of the last writer of each position."""
+  flat, size = _unpool_flat(indices, cfg)
+  last, keep = _unpool_last(flat, size)
+  # A scatter-add of the kept elements, every other one adding -0: linear in x (a gather is its
+  # transpose), and exact, as x + (-0) is x for every x. Positions nobody writes are set to +0
+  # at the end.
   neg0 = np.array(-0.0, x.dtype)
   y = jnp.full((size + 1,), neg0, x.dtype).at[flat].add(
       jnp.where(keep, x.reshape(-1), neg0), mode="promise_in_bounds")
   y = jnp.where(last[:size] >= 0, y[:size], np.zeros((), x.dtype))
-  return y.reshape(out)
+  return y.reshape(cfg.out)
+
+
+def _unpool_is_local(indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Does every index lie in its own window (what max_pool's indices of non-overlapping
+  windows always do)? Then no two elements name one position and no scatter is needed."""
+  n = indices.shape[indices.ndim - cfg.nd:]
+  lead = indices.ndim - cfg.nd
+  return jnp.all(jnp.any(_unpool_hits(indices, cfg, n),
+                         axis=tuple(lead + 2 * d + 1 for d in range(cfg.nd))))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _unpool_windows(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Non-overlapping windows (stride >= kernel): a select into the windows when every index
+  lies in its own, else the scatter (a check on the values)."""
+  return lax.cond(_unpool_is_local(indices, cfg), lambda v, i: _unpool_local(v, i, cfg),
+                  lambda v, i: _unpool_scatter(v, i, cfg), x, indices)
+
+
+@_unpool_windows.defjvp
+def _unpool_windows_jvp(cfg: _Unpool, primals: tuple[Any, ...],
+                        tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  # The same linear map on the tangent, as a scatter-add at each kept element's position: its
+  # transpose (the backward pass) is one gather, as jaxops.max_unpool's, where a reverse pass
+  # through the cond of values runs several times slower.
+  x, indices = primals
+  flat, size = _unpool_flat(indices, cfg)
+  # In own windows, no two elements share a position: all in-plane ones are kept.
+  target = lax.cond(_unpool_is_local(indices, cfg), lambda f: f,
+                    lambda f: jnp.where(_unpool_last(f, size)[1], f, size), flat)
+  t = jnp.zeros((size + 1,), tangents[0].dtype).at[target].add(
+      tangents[0].reshape(-1), mode="promise_in_bounds")[:size]
+  return _unpool_windows(x, indices, cfg), t.reshape(cfg.out)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -1437,16 +1479,7 @@ def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
     return jnp.zeros(cfg.out, x.dtype)
   if not all(1 <= k <= s for k, s in zip(cfg.kernel, cfg.stride)):
     return _unpool_scatter(x, indices, cfg)
-  # Windows that do not overlap (stride >= kernel), as max_pool's indices of them always
-  # satisfy: no two elements can name one position, and placing them needs no scatter.
-  n = x.shape[x.ndim - cfg.nd:]
-  lead = x.ndim - cfg.nd
-  local = jnp.all(jnp.any(_unpool_hits(indices, cfg, n),
-                          axis=tuple(lead + 2 * d + 1 for d in range(cfg.nd))))
-  # The scatter branch is rematerialised under differentiation: its residuals would otherwise
-  # be filled in (with zeros) on every call that takes the other branch.
-  return lax.cond(local, lambda v, i: _unpool_local(v, i, cfg),
-                  jax.checkpoint(lambda v, i: _unpool_scatter(v, i, cfg)), x, indices)
+  return _unpool_windows(x, indices, cfg)
 
 
 def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, kernel_size: Any,
