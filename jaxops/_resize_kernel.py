@@ -107,13 +107,17 @@ def _phase_sum(x: jax.Array, t: Table, ph: Phases, barrier: bool) -> jax.Array:
       taps = _strided_taps(x, int(ph.off[p, c]), ph.b, blocks)
       wv = ph.w_p[p, c]
       terms.append(taps if wv == 1.0 else taps * np.asarray(wv, x.dtype))
-    phases.append(functools.reduce(lambda u, v: u + v, terms))
-  minor = x.ndim - 1
+    phase = functools.reduce(lambda u, v: u + v, terms)
+    if ph.fix:
+      # Block q of phase p is row a*q + p: its own taps, selected in the same fused loop (a
+      # compare with an iota and a select of a broadcast column), not a second pass over y.
+      q_at = lax.broadcasted_iota(np.int32, phase.shape, phase.ndim - 1)
+      for q in ph.fix:
+        row = ph.a * q + p
+        part = _gather_sum(x, x.ndim - 1, t.idx[row:row + 1], t.w[row:row + 1])
+        phase = jnp.where(q_at == q, part, phase)
+    phases.append(phase)
   y = jnp.stack(phases, axis=-1).reshape(x.shape[:-1] + (t.n_out,))
-  for q in ph.fix:
-    rows = np.arange(ph.a * q, ph.a * q + ph.a)
-    part = _gather_sum(x, minor, t.idx[rows], t.w[rows])
-    y = lax.dynamic_update_slice_in_dim(y, part, ph.a * q, axis=minor)
   return lax.optimization_barrier(y) if barrier else y
 
 
