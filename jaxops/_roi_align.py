@@ -302,33 +302,43 @@ _MIN_ELEMENTS = 1 << 16
 
 def _avg(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_len: int,
          cdt: Any) -> jax.Array:
-  """mode="avg": ``(R, P, Q, C)``.
+  """mode="avg": ``(R, P, Q, C)``, by the tap plan on the CPU where it applies (see
+  ``_tap_plan``), by the general plan elsewhere: on accelerators the general plan's one large
+  gather is already fast, and a loop over chunks of rois would only add launches."""
+  general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+  tap = _tap_plan(cfg, rois.shape[0], xt.shape[2], h, w_len, cdt)
+  if tap is None:
+    return general(xt, rois, b)
+  return jax.lax.platform_dependent(xt, rois, b, cpu=tap, default=general)
+
+
+def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> Any:
+  """The tap plan as a function of ``(xt, rois, b)``, or None where it does not apply.
 
   A fixed sampling ratio whose bins read few enough (row, column) pairs runs the tap plan on
   chunks of rois. Adaptive counts sort the rois by the samples their bins need, and each chunk
   takes the tap plan sized for its largest box (a static ladder of sizes), or the general plan
   when its boxes need more.
   """
-  num, c = rois.shape[0], xt.shape[2]
   if num * cfg.out_h * cfg.out_w * c < _MIN_ELEMENTS:
-    return _avg_general(xt, rois, b, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+    return None
   chunk = max(1, min(num, _CHUNK_BYTES // (cfg.out_h * cfg.out_w * c * np.dtype(cdt).itemsize)))
   ky_max, kx_max = _samples_per_axis(cfg, h), _samples_per_axis(cfg, w_len)
   if cfg.sampling_ratio > 0:
     if (2 * ky_max) * (2 * kx_max) > _MAX_TAPS:
-      return _avg_general(xt, rois, b, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
-    body = functools.partial(_avg_taps, xt, cfg=cfg, h=h, w_len=w_len, cdt=cdt, ky=ky_max,
+      return None
+    body = functools.partial(_avg_taps, cfg=cfg, h=h, w_len=w_len, cdt=cdt, ky=ky_max,
                              kx=kx_max, merge=False)
-    return _chunked(body, rois, b, chunk)
+    return lambda xt, rois, b: _chunked(functools.partial(body, xt), rois, b, chunk)
   merge = cfg.max_sampling_ratio is None
   ladder = [k for k in range(1, max(ky_max, kx_max))
             if _merged(min(k, ky_max), merge) * _merged(min(k, kx_max), merge) <= _MAX_TAPS]
   if not ladder:
-    return _avg_general(xt, rois, b, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+    return None
+  general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
   branches = [functools.partial(_avg_taps, cfg=cfg, h=h, w_len=w_len, cdt=cdt,
                                 ky=min(k, ky_max), kx=min(k, kx_max), merge=merge)
-              for k in ladder]
-  branches.append(functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt))
+              for k in ladder] + [general]
   steps = np.asarray(ladder, cdt)
 
   def need(r: jax.Array) -> jax.Array:
@@ -350,11 +360,10 @@ def _avg(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
   @ladder_plan.defjvp
   def _(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
     xt, rois, b = primals
-    general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
     _, dout = jax.jvp(lambda a, r: general(a, r, b), primals[:2], tangents[:2])
     return ladder_plan(xt, rois, b), dout
 
-  return ladder_plan(xt, rois, b)
+  return ladder_plan
 
 
 def _merged(k: int, merge: bool) -> int:
