@@ -193,3 +193,10 @@ def test_tap_plan_chunks_against_onnxruntime():
   got = jaxops.roi_align(x, rois, bi, max_sampling_ratio=3, **attrs)
   np.testing.assert_allclose(np.asarray(got), _ort(16, x, rois, bi, **attrs), rtol=2e-5,
                              atol=2e-5)
+  # vmap over roi sets: the ladder's rung becomes per-set data (every rung computed, one kept)
+  attrs = dict(output_height=7, output_width=7, spatial_scale=0.5)
+  sets = np.stack([_large_boxes(rng, num, h, w, 0.5, reach=8) for _ in range(2)])
+  got = jax.vmap(lambda r: jaxops.roi_align(x, r, bi, **attrs))(sets)
+  for i in range(2):
+    np.testing.assert_allclose(np.asarray(got[i]), _ort(16, x, sets[i], bi, **attrs), rtol=2e-5,
+                               atol=2e-5)
