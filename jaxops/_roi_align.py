@@ -341,9 +341,10 @@ def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> A
               for k in ladder] + [general]
   steps = np.asarray(ladder, cdt)
 
-  def need(r: jax.Array) -> jax.Array:
-    return jnp.maximum(_needed(cfg, r[:, 1], r[:, 3], cfg.out_h, h, cdt),
-                       _needed(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt))
+  def need(r: jax.Array) -> jax.Array:  # a NaN box takes the general plan, as it would alone
+    k = jnp.maximum(_needed(cfg, r[:, 1], r[:, 3], cfg.out_h, h, cdt),
+                    _needed(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt))
+    return jnp.where(jnp.isnan(k), jnp.inf, k)
 
   @jax.custom_jvp
   def ladder_plan(xt: jax.Array, rois: jax.Array, b: jax.Array) -> jax.Array:
