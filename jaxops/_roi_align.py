@@ -90,11 +90,11 @@ def roi_align(x: ArrayLike, rois: ArrayLike, batch_indices: ArrayLike, *, mode: 
 
   The adaptive count is exact under ``jax.jit`` with traced boxes: each bin evaluates a static
   number of samples per axis (``H + 2`` and ``W + 2``, enough for any box), masked beyond the
-  bin's own count. ``mode="avg"`` on calls with many output elements sorts the boxes by their
-  counts and sizes each chunk of boxes by its largest count (cost per roi about ``C *
-  output_height * output_width * (g + 2) ** 2`` multiply-adds for counts ``g`` up to a few);
-  otherwise, and for larger counts, it uses per-axis weight matrices (cost per roi about ``C *
-  output_height * H * W * N``). ``mode="max"`` evaluates every sample (cost per roi about ``4 * C
+  bin's own count. ``mode="avg"`` on the CPU, for calls with many output elements, sorts the
+  boxes by their counts and sizes each chunk of boxes by its largest count, rounded up to a rung
+  ``k`` of a short static ladder (cost per roi about ``C * output_height * output_width *
+  min(2k, k + 2) ** 2`` multiply-adds, for counts up to a few); otherwise, and for larger counts,
+  it uses per-axis weight matrices (cost per roi about ``C * output_height * H * W * N``). ``mode="max"`` evaluates every sample (cost per roi about ``4 * C
   * output_height * output_width * (H + 2) * (W + 2)``). ``max_sampling_ratio`` (static) caps the
   adaptive count at ``min(g, max_sampling_ratio)`` and bounds the cost by it; it is exact for
   boxes whose adaptive count does not exceed it.
@@ -293,6 +293,9 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
 # The tap plan (one gather and multiply-add per pair of rows read, accumulated in registers)
 # serves bins that read at most this many (row, column) pairs; beyond, the general plan.
 _MAX_TAPS = 64
+# Samples per bin and axis of the adaptive ladder's rungs (those within _MAX_TAPS are kept):
+# each rung compiles its own loop, so the ladder is sparse.
+_RUNGS = (1, 2, 4, 6)
 # Rois per chunk of the tap plan: each chunk's (rois, P, Q, C) result stays about this size.
 _CHUNK_BYTES = 2 << 20
 # Calls with fewer output elements keep the general plan: it compiles faster, and on outputs
@@ -331,8 +334,8 @@ def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> A
                              kx=kx_max, merge=False)
     return lambda xt, rois, b: _chunked(functools.partial(body, xt), rois, b, chunk)
   merge = cfg.max_sampling_ratio is None
-  ladder = [k for k in range(1, max(ky_max, kx_max))
-            if _merged(min(k, ky_max), merge) * _merged(min(k, kx_max), merge) <= _MAX_TAPS]
+  ladder = [k for k in _RUNGS if k < max(ky_max, kx_max)
+            and _merged(min(k, ky_max), merge) * _merged(min(k, kx_max), merge) <= _MAX_TAPS]
   if not ladder:
     return None
   general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
