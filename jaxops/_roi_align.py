@@ -9,11 +9,17 @@ samples outside ``[-1, L]`` read nothing, and a bin holds at most ``L + 2`` samp
 one once the bin is longer than the map). Each bin enumerates its samples from the first one
 inside the map, masked beyond the bin's own count, so the result is exact for every box.
 
-Two static plans compute the average, and the cheaper one (by a static count of multiply-adds)
-is taken: a gather of the (2K x 2K) taps of each bin (K samples per bin and axis), or, for large
-K, a dense separable contraction ``Ay[r] @ X[b_r] @ Ax[r]^T`` with per-axis weight matrices
-``(output_size, L)``. ``mode="max"`` needs each sample's value, so it always gathers; with
-``sampling_ratio=0`` pass ``max_sampling_ratio`` to bound its cost.
+The average has a general plan and a tap plan. The general plan evaluates the static bound: a
+gather of the (2K x 2K) taps of each bin (K samples per bin and axis), or, for large K, a dense
+separable contraction ``Ay[r] @ X[b_r] @ Ax[r]^T`` with per-axis weight matrices
+``(output_size, L)``, whichever takes fewer multiply-adds. The tap plan (calls with many output
+elements) reads channels-last rows: for each (row, column) pair a bin reads, one gather of
+channel vectors and a multiply-add into the bin's accumulator, fused into one loop, on chunks of
+rois so that no (taps x channels) intermediate exists. With adaptive counts the rois are sorted
+by the samples they need, and each chunk runs the tap plan sized for its largest box (a static
+ladder of sizes, the rows a bin reads merged), or the general plan when its boxes need more; the
+derivatives of that path come from the general plan. ``mode="max"`` needs each sample's value,
+so it always gathers; with ``sampling_ratio=0`` pass ``max_sampling_ratio`` to bound its cost.
 """
 
 from __future__ import annotations
@@ -84,11 +90,14 @@ def roi_align(x: ArrayLike, rois: ArrayLike, batch_indices: ArrayLike, *, mode: 
 
   The adaptive count is exact under ``jax.jit`` with traced boxes: each bin evaluates a static
   number of samples per axis (``H + 2`` and ``W + 2``, enough for any box), masked beyond the
-  bin's own count. ``mode="avg"`` then uses per-axis weight matrices (cost per roi about
-  ``C * output_height * H * W * N`` multiply-adds); ``mode="max"`` evaluates every sample (cost per
-  roi about ``4 * C * output_height * output_width * (H + 2) * (W + 2)``). ``max_sampling_ratio``
-  (static) caps the adaptive count at ``min(g, max_sampling_ratio)`` and bounds the cost by it;
-  it is exact for boxes whose adaptive count does not exceed it.
+  bin's own count. ``mode="avg"`` on the CPU, for calls with many output elements, sorts the
+  boxes by their counts and sizes each chunk of boxes by its largest count, rounded up to a rung
+  ``k`` of a short static ladder (cost per roi about ``C * output_height * output_width *
+  min(2k, k + 2) ** 2`` multiply-adds, for counts up to a few); otherwise, and for larger counts,
+  it uses per-axis weight matrices (cost per roi about ``C * output_height * H * W * N``). ``mode="max"`` evaluates every sample (cost per roi about ``4 * C
+  * output_height * output_width * (H + 2) * (W + 2)``). ``max_sampling_ratio`` (static) caps the
+  adaptive count at ``min(g, max_sampling_ratio)`` and bounds the cost by it; it is exact for
+  boxes whose adaptive count does not exceed it.
 
   Args:
     x: feature map ``(N, C, H, W)``, floating.
@@ -169,10 +178,8 @@ def _samples_per_axis(cfg: _Config, length: int) -> int:
   return bound if cfg.max_sampling_ratio is None else min(cfg.max_sampling_ratio + 1, bound)
 
 
-def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int,
-          cdt: Any) -> tuple[Any, Any, Any, Any, Any]:
-  """Per (roi, bin, sample): tap indices (2 ints), tap weights (2), the sample's validity; per
-  (roi, bin): whether some of the bin's samples fall outside the map; per roi: the count g."""
+def _count(cfg: _Config, lo: Any, hi: Any, pooled: int, cdt: Any) -> tuple[Any, Any, Any]:
+  """Per roi and axis: the scaled start, the bin size and the sample count g."""
   offset = 0.5 if cfg.half_pixel else 0.0
   start = lo.astype(cdt) * cfg.spatial_scale - offset
   end = hi.astype(cdt) * cfg.spatial_scale - offset
@@ -180,13 +187,23 @@ def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int,
   if not cfg.half_pixel:
     size = jnp.maximum(size, 1.0)
   bin_size = size / pooled
-  k = _samples_per_axis(cfg, length)
   if cfg.sampling_ratio > 0:
     g = jnp.full_like(size, cfg.sampling_ratio)
   else:
     g = jnp.ceil(size / pooled)
     if cfg.max_sampling_ratio is not None:
       g = jnp.minimum(g, cfg.max_sampling_ratio)
+  return start, bin_size, g
+
+
+def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any,
+          k: int | None = None) -> tuple[Any, Any, Any, Any, Any]:
+  """Per (roi, bin, sample): tap indices (2 ints), tap weights (2), the sample's validity; per
+  (roi, bin): whether some of the bin's samples fall outside the map; per roi: the count g.
+  ``k`` (static) replaces the number of samples evaluated per bin when every box of the call
+  needs at most that many (see ``_needed``)."""
+  start, bin_size, g = _count(cfg, lo, hi, pooled, cdt)
+  k = _samples_per_axis(cfg, length) if k is None else k
   p = jnp.arange(pooled, dtype=cdt)
   bin_start = start[:, None] + p[None, :] * bin_size[:, None]            # (R, P)
   safe_g = jnp.maximum(g, 1.0)[:, None]
@@ -212,56 +229,221 @@ def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int,
   return idx, w, valid, some_out, g
 
 
+def _needed(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any) -> Any:
+  """Per roi: the samples per bin that ``_axis`` must evaluate for this box (at most
+  ``_samples_per_axis``): its count g, capped by that bound."""
+  return jnp.minimum(_count(cfg, lo, hi, pooled, cdt)[2], _samples_per_axis(cfg, length))
+
+
+def _taps(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any, k: int,
+          merge: bool) -> tuple[Any, Any, Any]:
+  """Per (roi, bin): the rows an axis reads and their summed weights, ``(R, P, M)`` each, and
+  the count g per roi. Without ``merge`` the rows are the 2 corners of each of the ``k``
+  samples (M = 2k). With ``merge`` (adaptive, uncapped counts only: the g <= k samples of a bin
+  lie within ``g - 1`` of each other, so their lower corners span at most g rows, one more for
+  rounding, and the upper corners one row beyond: ``k + 2``) each row appears once, counted from
+  the lowest one the bin reads, which is cheaper for k above 2."""
+  idx, w, _, _, g = _axis(cfg, lo, hi, pooled, length, cdt, k)
+  num = idx.shape[0]
+  idx = idx.reshape(num, pooled, 2 * k)
+  w = w.reshape(num, pooled, 2 * k)
+  if not merge or k + 2 >= 2 * k:
+    return idx, w, g
+  m = k + 2
+  row0 = jnp.min(jnp.where(w > 0, idx, length), axis=-1, keepdims=True)
+  row0 = jnp.minimum(row0, length - 1)
+  pos = jnp.clip(idx - row0, 0, m - 1)                                    # (R, P, 2k)
+  hit = pos[..., None] == jnp.arange(m, dtype=pos.dtype).reshape(1, 1, 1, m)  # (R, P, 2k, M)
+  wm = jnp.sum(jnp.where(hit, w[..., None], 0.0), axis=-2)               # (R, P, M)
+  rows = jnp.minimum(row0 + jnp.arange(m, dtype=row0.dtype).reshape(1, 1, m), length - 1)
+  return rows, wm, g
+
+
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
                    cfg: _Config) -> jax.Array:
   n, c, h, w_len = x.shape
-  num = rois.shape[0]
   cdt = jnp.promote_types(_checks.compute_dtype(x.dtype), _checks.compute_dtype(rois.dtype))
   b = jnp.clip(batch_indices.astype(jnp.int32), 0, n - 1)
-  iy, wy, vy, outy, gy = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
-  ix, wx, vx, outx, gx = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
-  ky, kx = iy.shape[2], ix.shape[2]
   xt = x.astype(cdt).reshape(n, c, h * w_len).transpose(0, 2, 1)        # (N, HW, C)
-  hi = jax.lax.Precision.HIGHEST
   if cfg.mode is Mode.AVG:
-    count = jnp.maximum(gy * gx, 1.0)                                      # (R,)
-    gather_cost = cfg.out_h * cfg.out_w * (2 * ky) * (2 * kx)
-    dense_cost = n * cfg.out_h * h * w_len + cfg.out_h * w_len * cfg.out_w
-    if gather_cost <= dense_cost:
-      flat = (iy.reshape(num, cfg.out_h, 1, 2 * ky, 1, 1) * w_len
-              + ix.reshape(num, 1, cfg.out_w, 1, 2 * kx, 1))[..., 0]       # (R, P, Q, 2K, 2K)
-      wts = wy.reshape(num, cfg.out_h, 1, 2 * ky, 1) * wx.reshape(num, 1, cfg.out_w, 1, 2 * kx)
-      rows = _rows(xt, b, flat.reshape(num, -1)).reshape(*flat.shape, c)
-      out = jnp.sum(wts[..., None] * rows, axis=(3, 4)).transpose(0, 3, 1, 2)
-    else:
-      ay = _dense(iy, wy, h)                                                # (R, P, H)
-      ax = _dense(ix, wx, w_len)                                            # (R, Q, W)
-      onehot = (b[:, None] == jnp.arange(n)[None, :]).astype(cdt)           # (R, N)
-      x4 = xt.reshape(n, h, w_len, c)
-      # Z[n, h, r, q, c] = sum_w X[n, h, w, c] Ax[r, q, w]; then rows of the roi's own image.
-      z = jnp.einsum("nhwc,rqw->rnhqc", x4, ax, precision=hi)
-      z = jnp.einsum("rnhqc,rn->rhqc", z, onehot, precision=hi)
-      out = jnp.einsum("rph,rhqc->rcpq", ay, z, precision=hi)
-    out = out / count[:, None, None, None]
+    out = _avg(xt, rois, b, cfg, h, w_len, cdt)                            # (R, P, Q, C)
+    return out.transpose(0, 3, 1, 2).astype(x.dtype)
+  num = rois.shape[0]
+  iy, wy, vy, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
+  ix, wx, vx, outx, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
+  # (R, P, K, 2) x (R, Q, K, 2) corner taps of each sample
+  flat = (iy[:, :, None, :, None, :, None] * w_len
+          + ix[:, None, :, None, :, None, :])                               # (R,P,Q,Ky,Kx,2,2)
+  wts = wy[:, :, None, :, None, :, None] * wx[:, None, :, None, :, None, :]
+  rows = _rows(xt, b, flat.reshape(num, -1)).reshape(*flat.shape, c)
+  if cfg.corner_max:
+    vals = jnp.max(wts[..., None] * rows, axis=(5, 6))
   else:
-    # (R, P, K, 2) x (R, Q, K, 2) corner taps of each sample
-    flat = (iy[:, :, None, :, None, :, None] * w_len
-            + ix[:, None, :, None, :, None, :])                             # (R,P,Q,Ky,Kx,2,2)
-    wts = wy[:, :, None, :, None, :, None] * wx[:, None, :, None, :, None, :]
+    vals = jnp.sum(wts[..., None] * rows, axis=(5, 6))                     # (R,P,Q,Ky,Kx,C)
+  ok = vy[:, :, None, :, None] & vx[:, None, :, None, :]                    # (R,P,Q,Ky,Kx)
+  vals = jnp.where(ok[..., None], vals, -jnp.inf)
+  out = jnp.max(vals, axis=(3, 4))                                          # (R,P,Q,C)
+  some_out = outy[:, :, None] | outx[:, None, :]
+  out = jnp.where(some_out[..., None], jnp.maximum(out, 0.0), out)
+  out = jnp.where(jnp.isneginf(out), 0.0, out)  # a bin with no samples
+  return out.transpose(0, 3, 1, 2).astype(x.dtype)
+
+
+# The tap plan (one gather and multiply-add per pair of rows read, accumulated in registers)
+# serves bins that read at most this many (row, column) pairs; beyond, the general plan.
+_MAX_TAPS = 64
+# Samples per bin and axis of the adaptive ladder's rungs (those within _MAX_TAPS are kept):
+# each rung compiles its own loop, so the ladder is sparse.
+_RUNGS = (1, 2, 4, 6)
+# Rois per chunk of the tap plan: each chunk's (rois, P, Q, C) result stays about this size.
+_CHUNK_BYTES = 2 << 20
+# Calls with fewer output elements keep the general plan: it compiles faster, and on outputs
+# this small the tap plan's loop saves nothing.
+_MIN_ELEMENTS = 1 << 16
+
+
+def _avg(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_len: int,
+         cdt: Any) -> jax.Array:
+  """mode="avg": ``(R, P, Q, C)``, by the tap plan on the CPU where it applies (see
+  ``_tap_plan``), by the general plan elsewhere: on accelerators the general plan's one large
+  gather is already fast, and a loop over chunks of rois would only add launches."""
+  general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+  tap = _tap_plan(cfg, rois.shape[0], xt.shape[2], h, w_len, cdt)
+  if tap is None:
+    return general(xt, rois, b)
+  return jax.lax.platform_dependent(xt, rois, b, cpu=tap, default=general)
+
+
+def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> Any:
+  """The tap plan as a function of ``(xt, rois, b)``, or None where it does not apply.
+
+  A fixed sampling ratio whose bins read few enough (row, column) pairs runs the tap plan on
+  chunks of rois. Adaptive counts sort the rois by the samples their bins need, and each chunk
+  takes the tap plan sized for its largest box (a static ladder of sizes), or the general plan
+  when its boxes need more.
+  """
+  if num * cfg.out_h * cfg.out_w * c < _MIN_ELEMENTS:
+    return None
+  chunk = max(1, min(num, _CHUNK_BYTES // (cfg.out_h * cfg.out_w * c * np.dtype(cdt).itemsize)))
+  ky_max, kx_max = _samples_per_axis(cfg, h), _samples_per_axis(cfg, w_len)
+  if cfg.sampling_ratio > 0:
+    if (2 * ky_max) * (2 * kx_max) > _MAX_TAPS:
+      return None
+    body = functools.partial(_avg_taps, cfg=cfg, h=h, w_len=w_len, cdt=cdt, ky=ky_max,
+                             kx=kx_max, merge=False)
+    return lambda xt, rois, b: _chunked(functools.partial(body, xt), rois, b, chunk)
+  merge = cfg.max_sampling_ratio is None
+  ladder = [k for k in _RUNGS if k < max(ky_max, kx_max)
+            and _merged(min(k, ky_max), merge) * _merged(min(k, kx_max), merge) <= _MAX_TAPS]
+  if not ladder:
+    return None
+  general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+  branches = [functools.partial(_avg_taps, cfg=cfg, h=h, w_len=w_len, cdt=cdt,
+                                ky=min(k, ky_max), kx=min(k, kx_max), merge=merge)
+              for k in ladder] + [general]
+  steps = np.asarray(ladder, cdt)
+
+  def need(r: jax.Array) -> jax.Array:  # a NaN box takes the general plan, as it would alone
+    k = jnp.maximum(_needed(cfg, r[:, 1], r[:, 3], cfg.out_h, h, cdt),
+                    _needed(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt))
+    return jnp.where(jnp.isnan(k), jnp.inf, k)
+
+  @jax.custom_jvp
+  def ladder_plan(xt: jax.Array, rois: jax.Array, b: jax.Array) -> jax.Array:
+    def body(r: jax.Array, bi: jax.Array) -> jax.Array:
+      which = jnp.sum(jnp.max(need(r)) > steps).astype(jnp.int32)
+      return jax.lax.switch(which, branches, xt, r, bi)
+
+    order = jnp.argsort(need(rois))
+    out = _chunked(body, rois[order], b[order], chunk)
+    return out[jnp.argsort(order)]
+
+  # Derivatives come from the general plan (the same function of x and the boxes): it compiles
+  # one transpose, where differentiating the ladder would compile one per rung.
+  @ladder_plan.defjvp
+  def _(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
+    xt, rois, b = primals
+    _, dout = jax.jvp(lambda a, r: general(a, r, b), primals[:2], tangents[:2])
+    return ladder_plan(xt, rois, b), dout
+
+  return ladder_plan
+
+
+def _merged(k: int, merge: bool) -> int:
+  """Rows an axis reads per bin in the tap plan with ``k`` samples (see ``_taps``)."""
+  return min(2 * k, k + 2) if merge else 2 * k
+
+
+def _chunked(body: Any, rois: jax.Array, b: jax.Array, chunk: int) -> jax.Array:
+  """``body(rois, b)`` on chunks of ``chunk`` rois in a loop: each chunk's result is written
+  once, in its own layout, instead of fusing the caller's transpose into the gathers. The
+  backward recomputes each chunk's taps rather than storing them."""
+  num = rois.shape[0]
+  steps = -(-num // chunk) if num else 1
+  pad = steps * chunk - num
+  rois = jnp.pad(rois, ((0, pad), (0, 0)))
+  b = jnp.pad(b, (0, pad))
+  out = jax.lax.map(jax.checkpoint(lambda t: body(*t)),
+                    (rois.reshape(steps, chunk, 4), b.reshape(steps, chunk)))
+  return out.reshape(steps * chunk, *out.shape[2:])[:num]
+
+
+def _avg_taps(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int, w_len: int,
+              cdt: Any, ky: int, kx: int, merge: bool) -> jax.Array:
+  """The tap plan, ``(R, P, Q, C)``: for each pair of rows read on the two axes, one gather of
+  channel vectors and a multiply-add, all in one fused loop (no (taps, C) intermediate)."""
+  iy, wy, gy = _taps(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt, ky, merge)
+  ix, wx, gx = _taps(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt, kx, merge)
+  wy = wy / jnp.maximum(gy * gx, 1.0)[:, None, None]
+  flat = b[:, None, None] * (h * w_len)
+  table = xt.reshape(-1, xt.shape[2])
+
+  def row(ty: Any, acc: Any) -> Any:  # the rows of one y tap: the x taps in one fused loop
+    iy_t = jax.lax.dynamic_index_in_dim(iy, ty, axis=2, keepdims=False)
+    wy_t = jax.lax.dynamic_index_in_dim(wy, ty, axis=2, keepdims=False)
+    base = flat + iy_t[:, :, None] * w_len
+    for tx in range(ix.shape[2]):
+      wt = wy_t[:, :, None] * wx[:, None, :, tx]
+      term = wt[..., None] * table.at[base + ix[:, None, :, tx]].get(mode="promise_in_bounds")
+      acc = term if acc is None else acc + term
+    return acc
+
+  acc = row(0, None)
+  return jax.lax.fori_loop(1, iy.shape[2], row, acc) if iy.shape[2] > 1 else acc
+
+
+def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int,
+                 w_len: int, cdt: Any) -> jax.Array:
+  """Every sample the static bound allows, ``(R, P, Q, C)``: the gather of each bin's
+  (2K x 2K) taps, or a dense separable contraction ``Ay[r] @ X[b_r] @ Ax[r]^T`` with per-axis
+  weight matrices, whichever takes fewer multiply-adds."""
+  n = xt.shape[0]
+  c = xt.shape[2]
+  num = rois.shape[0]
+  iy, wy, _, _, gy = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
+  ix, wx, _, _, gx = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
+  ky, kx = iy.shape[2], ix.shape[2]
+  hi = jax.lax.Precision.HIGHEST
+  count = jnp.maximum(gy * gx, 1.0)                                        # (R,)
+  gather_cost = cfg.out_h * cfg.out_w * (2 * ky) * (2 * kx)
+  dense_cost = n * cfg.out_h * h * w_len + cfg.out_h * w_len * cfg.out_w
+  if gather_cost <= dense_cost:
+    flat = (iy.reshape(num, cfg.out_h, 1, 2 * ky, 1, 1) * w_len
+            + ix.reshape(num, 1, cfg.out_w, 1, 2 * kx, 1))[..., 0]         # (R, P, Q, 2K, 2K)
+    wts = wy.reshape(num, cfg.out_h, 1, 2 * ky, 1) * wx.reshape(num, 1, cfg.out_w, 1, 2 * kx)
     rows = _rows(xt, b, flat.reshape(num, -1)).reshape(*flat.shape, c)
-    if cfg.corner_max:
-      vals = jnp.max(wts[..., None] * rows, axis=(5, 6))
-    else:
-      vals = jnp.sum(wts[..., None] * rows, axis=(5, 6))                   # (R,P,Q,Ky,Kx,C)
-    ok = vy[:, :, None, :, None] & vx[:, None, :, None, :]                  # (R,P,Q,Ky,Kx)
-    vals = jnp.where(ok[..., None], vals, -jnp.inf)
-    out = jnp.max(vals, axis=(3, 4))                                        # (R,P,Q,C)
-    some_out = outy[:, :, None] | outx[:, None, :]
-    out = jnp.where(some_out[..., None], jnp.maximum(out, 0.0), out)
-    out = jnp.where(jnp.isneginf(out), 0.0, out)  # a bin with no samples
-    out = out.transpose(0, 3, 1, 2)
-  return out.astype(x.dtype)
+    out = jnp.sum(wts[..., None] * rows, axis=(3, 4))
+  else:
+    ay = _dense(iy, wy, h)                                                  # (R, P, H)
+    ax = _dense(ix, wx, w_len)                                              # (R, Q, W)
+    onehot = (b[:, None] == jnp.arange(n)[None, :]).astype(cdt)             # (R, N)
+    x4 = xt.reshape(n, h, w_len, c)
+    # Z[n, h, r, q, c] = sum_w X[n, h, w, c] Ax[r, q, w]; then rows of the roi's own image.
+    z = jnp.einsum("nhwc,rqw->rnhqc", x4, ax, precision=hi)
+    z = jnp.einsum("rnhqc,rn->rhqc", z, onehot, precision=hi)
+    out = jnp.einsum("rph,rhqc->rpqc", ay, z, precision=hi)
+  return out / count[:, None, None, None]
 
 
 def _rows(xt: jax.Array, b: jax.Array, flat: jax.Array) -> jax.Array:

@@ -149,3 +149,62 @@ def test_traced_adaptive_count_is_exact_under_jit():
     np.testing.assert_allclose(corner, _reference(x, rois, bi, mode="max", **attrs), rtol=2e-5,
                                atol=2e-5)
     assert np.asarray(g(x, rois, bi)).shape == (5, 2, 2, 3)
+
+
+def _large_boxes(rng, num, h, w, scale, reach):
+  """``num`` boxes of every size class the tap plan's ladder sorts by: small, map-sized and up to
+  ``reach`` times the map (adaptive counts above the ladder's top rung), some outside the map,
+  some of zero width."""
+  size = rng.uniform(0.02, 1.0, (num, 2)) ** 2 * reach * np.array([w, h]) / scale
+  start = rng.uniform(-0.3, 1.0, (num, 2)) * np.array([w, h]) / scale - size / 4
+  rois = np.concatenate([start, start + size], axis=1)
+  rois[::17, 2] = rois[::17, 0]  # zero width (onnxruntime#6921)
+  return rois.astype(np.float32)
+
+
+def test_tap_plan_chunks_against_onnxruntime():
+  # Calls above _MIN_ELEMENTS take the tap plan: chunks of rois in a loop (here three, the last
+  # one padded), and for adaptive counts the rois sorted into the ladder's rungs and the general
+  # plan for the largest boxes. onnxruntime is the oracle (RoiAlign-16, and -10 for
+  # output_half_pixel).
+  rng = np.random.default_rng(4)
+  h, w, c, num = 9, 11, 64, 400
+  assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
+  assert num > 2 * (_roi_align._CHUNK_BYTES // (7 * 7 * c * 4))
+  x = rng.standard_normal((2, c, h, w)).astype(np.float32)
+  bi = rng.integers(0, 2, num).astype(np.int64)
+  cases = [(16, dict(sampling_ratio=0, spatial_scale=0.5)),
+           (10, dict(sampling_ratio=0, spatial_scale=1.0,
+                     coordinate_transformation_mode="output_half_pixel")),
+           (16, dict(sampling_ratio=1, spatial_scale=0.25)),
+           (16, dict(sampling_ratio=2, spatial_scale=0.5)),
+           (16, dict(sampling_ratio=4, spatial_scale=2.0)),
+           (16, dict(sampling_ratio=5, spatial_scale=0.5))]  # beyond _MAX_TAPS: general plan
+  for opset, attrs in cases:
+    attrs = dict(dict(mode="avg", output_height=7, output_width=7,
+                      coordinate_transformation_mode="half_pixel"), **attrs)
+    rois = _large_boxes(rng, num, h, w, attrs["spatial_scale"], reach=8)
+    want = _ort(opset, x, rois, bi, **attrs)
+    np.testing.assert_allclose(np.asarray(jaxops.roi_align(x, rois, bi, **attrs)), want,
+                               rtol=2e-5, atol=2e-5, err_msg=f"{opset} {attrs}")
+  # max_sampling_ratio: the ladder without merged rows; exact while no count exceeds the cap
+  attrs = dict(output_height=5, output_width=3, spatial_scale=1.0)
+  rois = _large_boxes(rng, num, h, w, 1.0, reach=0.8)  # counts up to 3
+  got = jaxops.roi_align(x, rois, bi, max_sampling_ratio=3, **attrs)
+  np.testing.assert_allclose(np.asarray(got), _ort(16, x, rois, bi, **attrs), rtol=2e-5,
+                             atol=2e-5)
+  # vmap over roi sets: the ladder's rung becomes per-set data (every rung computed, one kept)
+  attrs = dict(output_height=7, output_width=7, spatial_scale=0.5)
+  sets = np.stack([_large_boxes(rng, num, h, w, 0.5, reach=8) for _ in range(2)])
+  got = jax.vmap(lambda r: jaxops.roi_align(x, r, bi, **attrs))(sets)
+  for i in range(2):
+    np.testing.assert_allclose(np.asarray(got[i]), _ort(16, x, sets[i], bi, **attrs), rtol=2e-5,
+                               atol=2e-5)
+  # a NaN box sorts with the largest ones: the boxes in its chunk keep their own rung
+  rois = _large_boxes(rng, num, h, w, 0.5, reach=8)
+  bad = np.zeros(num, bool)
+  bad[[5, 77, 300]] = True
+  rois[bad, 1] = np.nan
+  got = np.asarray(jaxops.roi_align(x, rois, bi, **attrs))
+  np.testing.assert_allclose(got[~bad], _ort(16, x, rois[~bad], bi[~bad], **attrs), rtol=2e-5,
+                             atol=2e-5)
