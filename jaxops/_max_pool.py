@@ -2,11 +2,16 @@
 GlobalMaxPool in JAX.
 
 The windows come from the static plan in _window.py (output lengths, padding, ceil_mode,
-auto_pad, dilations). The device work of max_pool is one pass over the window's taps: tap ``j``
-of every window is one strided slice of the input padded with the lowest value, so the whole
-forward pass is slices, comparisons and selects (no reduce_window). It keeps, per output
+auto_pad, dilations). The device work of max_pool is one pass over the window's taps, and the
+input is never padded: along each axis the windows fall into runs that read the same taps inside
+the input (the windows that read only input, and a few at the ends that reach into the
+padding), and within a run tap ``j`` of every window is one strided slice of the input. The runs
+are computed apart and concatenated, so the whole forward pass is slices, comparisons, selects
+and concatenations (no reduce_window, no padded copy of the input). It keeps, per output
 position, the maximum and the number of the tap that holds it; the ONNX Indices output is
-computed from that tap number with static arithmetic.
+computed from that tap number with static arithmetic. Without Indices and without
+differentiation, where the last pooled axis is strided and the other axes have many taps, the
+maximum alone is taken in two passes (see ``_max_values``).
 
 Which tap wins, exactly (the rule of onnx.reference and of onnxruntime's MaxPool with Indices):
 the window's taps are scanned in window order (row-major over the kernel); the first tap that
@@ -14,10 +19,12 @@ lies in the input is the initial maximum, and a later tap replaces it only if it
 strictly greater. So ties go to the first maximum, padding is never selected, and NaN is kept
 only where it is the window's first element in the input (a later NaN never compares greater).
 
-Gradients: a custom JVP sends the tangent of the selected element to each output (a select per
-tap of strided slices); JAX transposes it into pads with interior padding, so the backward pass
-is pads and selects too, not XLA's select-and-scatter. The gradient goes to the element that
-Indices names, as in PyTorch.
+Gradients: a custom JVP sends the tangent of the selected element to each output, so the
+gradient goes to the element that Indices names, as in PyTorch, and the backward pass is never
+XLA's select-and-scatter. Where windows overlap, on the CPU, the tangent is a gather within each
+(N, C) plane and the backward pass one scatter-add of the cotangent; elsewhere (windows that do
+not overlap, other platforms) it is a select per tap of strided slices, which JAX transposes
+into pads and selects.
 """
 
 from __future__ import annotations
@@ -111,6 +118,8 @@ def max_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
   D2 * ...)`` with ``P = D1 * ... * Dn`` (ONNX's formula).
 
   The gradient of the maximum goes to the element that Indices names (PyTorch's rule).
+  Without Indices, a window whose maximum is zero and that holds zeros of both signs may give
+  either sign (the values are equal).
 
   Args:
     x: input array: float16, bfloat16, float32, float64, int8 or uint8 (integers stay integer).
@@ -183,12 +192,6 @@ def _check_index_range(op: str, shape: tuple[int, ...]) -> None:
   if math.prod(shape) > np.iinfo(dtype).max:
     raise ValueError(f"{op}: an input of shape {shape} has more elements than {dtype.name} "
                      f"indices can address; enable jax_enable_x64 for int64 indices")
-
-
-def _lowest(dtype: np.dtype) -> Any:
-  if jnp.issubdtype(dtype, jnp.floating):
-    return np.array(-np.inf, dtype)
-  return np.array(np.iinfo(dtype).min, dtype)
 
 
 def _tap_dtype(axes: tuple[WindowAxis, ...]) -> np.dtype:
@@ -275,31 +278,30 @@ def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   Where the last pooled axis is strided and the other axes have many taps, in two passes: a
   strided slice along the last (contiguous) axis does not vectorise, the others do. The first
   pass takes the maximum over the other axes for every position of the last axis, the second
-  over the last axis. NaN: both passes skip it (the maximum of the numbers, the lowest value if
-  there are none), and the window's first element inside the input, read apart, puts it back
-  where it is NaN, which gives the one-pass rule. Ties do not change the value (a zero's sign
+  over the last axis. Both let a NaN win, so a window holding a NaN comes out NaN; only if there
+  is one anywhere are those windows computed again by ``_argmax``'s rule (a NaN counts only as
+  the window's first element inside the input). Ties do not change the value (a zero's sign
   aside: with zeros of both signs, the two-pass order may return the other one).
   """
   nd = len(plan.axes)
   if not _two_pass(plan):
     return _argmax(x, plan)[0]
   floating = jnp.issubdtype(x.dtype, jnp.floating)
-  low = _lowest(x.dtype)
 
-  def numbers_max(taps: _Taps) -> tuple[jax.Array]:
+  def any_nan_max(taps: _Taps) -> tuple[jax.Array]:
     best = taps[0][1]
-    if floating:
-      best = jnp.where(jnp.isnan(best), low, best)
     for _, v in taps[1:]:
-      best = jnp.where(v > best, v, best)
+      take = (v > best) | jnp.isnan(v) if floating else v > best
+      best = jnp.where(take, v, best)
     return (best,)
 
-  (m,) = _over_runs(x, plan, tuple(range(nd - 1)), numbers_max)
-  (m,) = _over_runs(lax.optimization_barrier(m), plan, (nd - 1,), numbers_max)
+  (m,) = _over_runs(x, plan, tuple(range(nd - 1)), any_nan_max)
+  (y,) = _over_runs(lax.optimization_barrier(m), plan, (nd - 1,), any_nan_max)
   if not floating:
-    return m
-  (first,) = _over_runs(x, plan, tuple(range(nd)), lambda taps: (taps[0][1],))
-  return jnp.where(jnp.isnan(first), first, m)
+    return y
+  # (isnan inside the branch: outside it, XLA computes the second pass again for it)
+  return lax.cond(jnp.any(jnp.isnan(y)),
+                  lambda: jnp.where(jnp.isnan(y), _argmax(x, plan)[0], y), lambda: y)
 
 
 def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
