@@ -2,11 +2,16 @@
 GlobalMaxPool in JAX.
 
 The windows come from the static plan in _window.py (output lengths, padding, ceil_mode,
-auto_pad, dilations). The device work of max_pool is one pass over the window's taps: tap ``j``
-of every window is one strided slice of the input padded with the lowest value, so the whole
-forward pass is slices, comparisons and selects (no reduce_window). It keeps, per output
+auto_pad, dilations). The device work of max_pool is one pass over the window's taps, and the
+input is never padded: along each axis the windows fall into runs that read the same taps inside
+the input (the windows that read only input, and a few at the ends that reach into the
+padding), and within a run tap ``j`` of every window is one strided slice of the input. The runs
+are computed apart and concatenated, so the whole forward pass is slices, comparisons, selects
+and concatenations (no reduce_window, no padded copy of the input). It keeps, per output
 position, the maximum and the number of the tap that holds it; the ONNX Indices output is
-computed from that tap number with static arithmetic.
+computed from that tap number with static arithmetic. Without Indices and without
+differentiation, where the last pooled axis is strided and the other axes have many taps, the
+maximum alone is taken in two passes (see ``_max_values``).
 
 Which tap wins, exactly (the rule of onnx.reference and of onnxruntime's MaxPool with Indices):
 the window's taps are scanned in window order (row-major over the kernel); the first tap that
@@ -14,10 +19,12 @@ lies in the input is the initial maximum, and a later tap replaces it only if it
 strictly greater. So ties go to the first maximum, padding is never selected, and NaN is kept
 only where it is the window's first element in the input (a later NaN never compares greater).
 
-Gradients: a custom JVP sends the tangent of the selected element to each output (a select per
-tap of strided slices); JAX transposes it into pads with interior padding, so the backward pass
-is pads and selects too, not XLA's select-and-scatter. The gradient goes to the element that
-Indices names, as in PyTorch.
+Gradients: a custom JVP sends the tangent of the selected element to each output, so the
+gradient goes to the element that Indices names, as in PyTorch, and the backward pass is never
+XLA's select-and-scatter. Where windows overlap, on the CPU, the tangent is a gather within each
+(N, C) plane and the backward pass one scatter-add of the cotangent; elsewhere (windows that do
+not overlap, other platforms) it is a select per tap of strided slices, which JAX transposes
+into pads and selects.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -48,17 +55,17 @@ _OP = "jaxops.max_pool"
 class _MaxPlan:
   """The static plan of a max pool.
 
-  ``axes``: the window plan of each pooled axis. ``first``: per axis and tap, the output
-  positions whose window has this tap as its first tap inside the input (None where there is
-  none, the usual case for every tap but 0); over several axes the first tap of a window is the
-  product of the per-axis ones.
+  ``axes``: the window plan of each pooled axis. ``runs``: per axis, its windows as runs of
+  consecutive windows that read the same taps inside the input, ``(begin, end, taps)``: one run
+  for the windows that read only input, and short runs at the ends for windows that reach into
+  the padding. Within a run, each tap is one strided slice of the unpadded input.
   """
 
   axes: tuple[WindowAxis, ...]
-  first: tuple[tuple[tuple[bool, ...] | None, ...], ...]
+  runs: tuple[tuple[tuple[int, int, tuple[int, ...]], ...], ...]
 
 
-def _first_taps(a: WindowAxis, op: str, axis: int) -> tuple[tuple[bool, ...] | None, ...]:
+def _runs(a: WindowAxis, op: str, axis: int) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
   taps = a.taps()
   inside = (taps >= 0) & (taps < a.size)
   if not np.all(inside.any(axis=1)):
@@ -67,16 +74,21 @@ def _first_taps(a: WindowAxis, op: str, axis: int) -> tuple[tuple[bool, ...] | N
         f"{op}: output position {o} along spatial axis {axis} has a window (kernel_shape "
         f"{a.kernel}, dilation {a.dilation}, pads {a.pad_begin}, {a.pad_end}) that covers no "
         f"input element, so its maximum is undefined; use smaller pads or dilations")
-  first = inside & (np.cumsum(inside, axis=1) == 1)
-  return tuple(tuple(bool(v) for v in first[:, j]) if first[:, j].any() else None
-               for j in range(a.kernel))
+  runs: list[tuple[int, int, tuple[int, ...]]] = []
+  for o in range(a.out_len):
+    read = tuple(int(j) for j in np.flatnonzero(inside[o]))
+    if runs and runs[-1][2] == read:
+      runs[-1] = (runs[-1][0], o + 1, read)
+    else:
+      runs.append((o, o + 1, read))
+  return tuple(runs)
 
 
 def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, dilations: Any,
           auto_pad: Any, ceil_mode: Any, op: str = _OP) -> _MaxPlan:
   axes = window_plan(op, shape, kernel_shape, strides, pads, dilations, auto_pad,
                      static_bool(op, "ceil_mode", ceil_mode))
-  return _MaxPlan(axes, tuple(_first_taps(a, op, i) for i, a in enumerate(axes)))
+  return _MaxPlan(axes, tuple(_runs(a, op, i) for i, a in enumerate(axes)))
 
 
 _PLANS = ConfigCache(_plan)
@@ -106,6 +118,8 @@ def max_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
   D2 * ...)`` with ``P = D1 * ... * Dn`` (ONNX's formula).
 
   The gradient of the maximum goes to the element that Indices names (PyTorch's rule).
+  Without Indices, a window whose maximum is zero and that holds zeros of both signs may give
+  either sign (the values are equal).
 
   Args:
     x: input array: float16, bfloat16, float32, float64, int8 or uint8 (integers stay integer).
@@ -180,69 +194,114 @@ def _check_index_range(op: str, shape: tuple[int, ...]) -> None:
                      f"indices can address; enable jax_enable_x64 for int64 indices")
 
 
-def _lowest(dtype: np.dtype) -> Any:
-  if jnp.issubdtype(dtype, jnp.floating):
-    return np.array(-np.inf, dtype)
-  return np.array(np.iinfo(dtype).min, dtype)
-
-
-def _padded(x: jax.Array, axes: tuple[WindowAxis, ...], fill: Any) -> jax.Array:
-  """``x`` padded (or cut) along the pooled axes to exactly what the windows read."""
-  lead = x.ndim - len(axes)
-  config = [(0, 0, 0)] * lead + [(a.pad_begin, a.pad_end_read, 0) for a in axes]
-  if all(c == (0, 0, 0) for c in config):
-    return x
-  return lax.pad(x, fill, config)
-
-
-def _tap_slice(xp: jax.Array, axes: tuple[WindowAxis, ...], tap: tuple[int, ...]) -> jax.Array:
-  """Tap ``tap`` of every window: one strided slice of the padded input."""
-  lead = xp.ndim - len(axes)
-  start = [0] * lead + [j * a.dilation for j, a in zip(tap, axes)]
-  limit = list(xp.shape[:lead]) + [s + (a.out_len - 1) * a.stride + 1
-                                   for s, a in zip(start[lead:], axes)]
-  step = [1] * lead + [a.stride for a in axes]
-  return lax.slice(xp, start, limit, step)
+def _tap_dtype(axes: tuple[WindowAxis, ...]) -> np.dtype:
+  n = math.prod(a.kernel for a in axes)
+  return np.dtype(np.int8 if n <= 127 else np.int16 if n <= 32767 else np.int32)
 
 
 def _taps(axes: tuple[WindowAxis, ...]) -> list[tuple[int, ...]]:
   return list(itertools.product(*[range(a.kernel) for a in axes]))
 
 
-def _tap_dtype(axes: tuple[WindowAxis, ...]) -> np.dtype:
-  n = math.prod(a.kernel for a in axes)
-  return np.dtype(np.int8 if n <= 127 else np.int16 if n <= 32767 else np.int32)
+_Taps = list[tuple[tuple[int, ...], jax.Array]]
 
 
-def _first_mask(plan: _MaxPlan, tap: tuple[int, ...], lead: int) -> np.ndarray | None:
-  """Static mask of the windows whose first tap inside the input is ``tap`` (None: none)."""
-  parts = [plan.first[i][j] for i, j in enumerate(tap)]
-  if any(p is None for p in parts):
-    return None
-  mask = np.ones((), bool)
-  for p in parts:
-    mask = np.multiply.outer(mask, np.asarray(p, bool))
-  return mask.reshape((1,) * lead + mask.shape)
+def _over_runs(x: jax.Array, plan: _MaxPlan, pooled: tuple[int, ...],
+               body: Callable[[_Taps], tuple[jax.Array, ...]]) -> tuple[jax.Array, ...]:
+  """Windows along the pooled axes ``pooled`` (indices into ``plan.axes``; the other axes are
+  kept whole), without padding the input.
+
+  For each combination of runs (one per axis in ``pooled``), ``body`` receives the taps that
+  those windows read inside the input, in window order, as ``(tap, strided slice of x)``
+  pairs, and returns arrays of the run's shape; they are concatenated back along each axis. So
+  padding is never read, and a window's first tap inside the input is the first one ``body``
+  sees.
+  """
+  lead = x.ndim - len(plan.axes)
+
+  def piece(chosen: list[tuple[int, int, tuple[int, ...]]]) -> tuple[jax.Array, ...]:
+    taps: _Taps = []
+    for tap in itertools.product(*[read for _, _, read in chosen]):
+      start, limit, step = [0] * x.ndim, list(x.shape), [1] * x.ndim
+      for i, (begin, end, _), j in zip(pooled, chosen, tap):
+        a = plan.axes[i]
+        s = begin * a.stride - a.pad_begin + j * a.dilation
+        start[lead + i], limit[lead + i], step[lead + i] = s, s + (end - begin - 1) * a.stride + 1, \
+            a.stride
+      taps.append((tap, lax.slice(x, start, limit, step)))
+    return body(taps)
+
+  def join(k: int, chosen: list[tuple[int, int, tuple[int, ...]]]) -> tuple[jax.Array, ...]:
+    if k == len(pooled):
+      return piece(chosen)
+    parts = [join(k + 1, chosen + [run]) for run in plan.runs[pooled[k]]]
+    if len(parts) == 1:
+      return parts[0]
+    return tuple(lax.concatenate(list(p), lead + pooled[k]) for p in zip(*parts))
+
+  return join(0, [])
 
 
 def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
-  """(maximum, number of the winning tap in window order) of every window."""
-  axes = plan.axes
-  lead = x.ndim - len(axes)
-  xp = _padded(x, axes, _lowest(x.dtype))
-  tdtype = _tap_dtype(axes)
-  taps = _taps(axes)
-  best = _tap_slice(xp, axes, taps[0])
-  arg = jnp.zeros(best.shape, tdtype)
-  for t, tap in enumerate(taps[1:], start=1):
-    v = _tap_slice(xp, axes, tap)
-    take = v > best
-    mask = _first_mask(plan, tap, lead)
-    if mask is not None:
-      take = take | mask
-    best = jnp.where(take, v, best)
-    arg = jnp.where(take, np.array(t, tdtype), arg)
+  """(maximum, number of the winning tap in window order) of every window: the first tap
+  inside the input starts, a later one wins only if strictly greater."""
+  kernel = tuple(a.kernel for a in plan.axes)
+  tdtype = _tap_dtype(plan.axes)
+
+  def scan(taps: _Taps) -> tuple[jax.Array, jax.Array]:
+    (tap, best), rest = taps[0], taps[1:]
+    arg = jnp.full(best.shape, int(np.ravel_multi_index(tap, kernel)), tdtype)
+    for tap, v in rest:
+      take = v > best
+      best = jnp.where(take, v, best)
+      arg = jnp.where(take, np.array(np.ravel_multi_index(tap, kernel), tdtype), arg)
+    return best, arg
+
+  best, arg = _over_runs(x, plan, tuple(range(len(plan.axes))), scan)
   return best, arg
+
+
+# Fewest taps over the pooled axes but the last that make the two-pass maximum
+# (``_max_values``) pay for its intermediate.
+_TWO_PASS_TAPS = 6
+
+
+def _two_pass(plan: _MaxPlan) -> bool:
+  *outer, last = plan.axes
+  return (bool(outer) and last.stride > 1 and last.kernel > 1 and
+          math.prod(a.kernel for a in outer) >= _TWO_PASS_TAPS)
+
+
+def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
+  """The maxima alone (no tap numbers), by the rule of ``_argmax``.
+
+  Where the last pooled axis is strided and the other axes have many taps, in two passes: a
+  strided slice along the last (contiguous) axis does not vectorise, the others do. The first
+  pass takes the maximum over the other axes for every position of the last axis, the second
+  over the last axis. Both let a NaN win, so a window holding a NaN comes out NaN; only if there
+  is one anywhere are those windows computed again by ``_argmax``'s rule (a NaN counts only as
+  the window's first element inside the input). Ties do not change the value (a zero's sign
+  aside: with zeros of both signs, the two-pass order may return the other one).
+  """
+  nd = len(plan.axes)
+  if not _two_pass(plan):
+    return _argmax(x, plan)[0]
+  floating = jnp.issubdtype(x.dtype, jnp.floating)
+
+  def any_nan_max(taps: _Taps) -> tuple[jax.Array]:
+    best = taps[0][1]
+    for _, v in taps[1:]:
+      take = (v > best) | jnp.isnan(v) if floating else v > best
+      best = jnp.where(take, v, best)
+    return (best,)
+
+  (m,) = _over_runs(x, plan, tuple(range(nd - 1)), any_nan_max)
+  (y,) = _over_runs(lax.optimization_barrier(m), plan, (nd - 1,), any_nan_max)
+  if not floating:
+    return y
+  # (isnan inside the branch: outside it, XLA computes the second pass again for it)
+  return lax.cond(jnp.any(jnp.isnan(y)),
+                  lambda: jnp.where(jnp.isnan(y), _argmax(x, plan)[0], y), lambda: y)
 
 
 def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
@@ -282,6 +341,46 @@ def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> 
   return functools.reduce(operator.add, terms)
 
 
+def _gather_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
+  """``_select_taps`` as a gather within each plane of the leading axes.
+
+  Its transpose (the backward pass) is one scatter-add of the cotangent into each plane: one
+  write per output element, where ``_select_taps`` writes the whole input once per tap. Within
+  a plane, so that batch- or channel-sharded inputs need no collectives.
+  """
+  lead = t.ndim - len(axes)
+  index = _plane_index(arg, axes, t.shape[lead:], 0, np.dtype(np.int32))
+  flat = t.reshape(t.shape[:lead] + (-1,))
+  taken = jnp.take_along_axis(flat, index.reshape(index.shape[:lead] + (-1,)), axis=-1,
+                              mode="promise_in_bounds")
+  return taken.reshape(arg.shape)
+
+
+def _tangent(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
+  """The tangent of the maxima: ``t`` at each window's winning tap ``arg``.
+
+  Where windows overlap, XLA's CPU code for ``_select_taps``' transpose (a write of the whole
+  input per tap, interleaved by phase) is the slow part of the backward pass, and a scatter-add
+  is faster; on other platforms, and where windows do not overlap, ``_select_taps``.
+  """
+  plane = math.prod(a.size for a in axes)
+  if all(a.stride >= a.extent for a in axes) or plane > np.iinfo(np.int32).max:
+    return _select_taps(t, arg, axes)
+  return lax.platform_dependent(t, arg, cpu=functools.partial(_gather_taps, axes=axes),
+                                default=functools.partial(_select_taps, axes=axes))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jvp(plan: _MaxPlan, x: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  # The primal through the custom rule again, so that higher derivatives also take it (not
+  # JAX's derivative of every tap's comparison and select).
+  y, arg = _values_and_taps(x, plan)
+  # Rematerialised, so that the backward pass keeps only the tap numbers (one small integer per
+  # output), not one mask or index per tap.
+  ty = jax.checkpoint(_tangent, static_argnums=(2,))(t, lax.stop_gradient(arg), plan.axes)
+  return y, arg, ty
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _values_and_taps(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
   return _argmax(x, plan)
@@ -290,19 +389,28 @@ def _values_and_taps(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array
 @_values_and_taps.defjvp
 def _values_and_taps_jvp(plan: _MaxPlan, primals: tuple[Any, ...],
                          tangents: tuple[Any, ...]) -> tuple[Any, Any]:
-  (x,), (t,) = primals, tangents
-  y, arg = _argmax(x, plan)
-  # Rematerialised, so that the backward pass keeps only the tap numbers (one small integer per
-  # output), not one mask per tap.
-  ty = jax.checkpoint(_select_taps, static_argnums=(2,))(t, lax.stop_gradient(arg), plan.axes)
+  y, arg, ty = _jvp(plan, primals[0], tangents[0])
   return (y, arg), (ty, np.zeros(arg.shape, jax.dtypes.float0))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
+  """The maxima of a floating input: ``_max_values`` when not differentiated."""
+  return _max_values(x, plan)
+
+
+@_values.defjvp
+def _values_jvp(plan: _MaxPlan, primals: tuple[Any, ...],
+                tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+  y, _, ty = _jvp(plan, primals[0], tangents[0])
+  return y, ty
 
 
 @functools.partial(jax.jit, static_argnums=1)
 def _max_pool(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   if not jnp.issubdtype(x.dtype, jnp.floating):
-    return _argmax(x, plan)[0]
-  return _values_and_taps(x, plan)[0]
+    return _max_values(x, plan)
+  return _values(x, plan)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -315,14 +423,11 @@ def _max_pool_with_indices(x: jax.Array, plan: _MaxPlan,
   return y, _indices(lax.stop_gradient(arg), plan.axes, tuple(x.shape), storage_order)
 
 
-def _indices(arg: jax.Array, axes: tuple[WindowAxis, ...], shape: tuple[int, ...],
-             storage_order: int) -> jax.Array:
-  """ONNX's flat index of each window's winning tap ``arg``."""
-  dtype = _index_dtype()
+def _plane_index(arg: jax.Array, axes: tuple[WindowAxis, ...], spatial: tuple[int, ...],
+                 storage_order: int, dtype: np.dtype) -> jax.Array:
+  """The flat position within its plane (the pooled axes) of each window's winning tap."""
   nd = len(axes)
-  lead = len(shape) - nd
-  spatial = shape[lead:]
-  plane = math.prod(spatial)
+  lead = arg.ndim - nd
   if storage_order == 0:
     step = [math.prod(spatial[i + 1:]) for i in range(nd)]
   else:
@@ -342,8 +447,17 @@ def _indices(arg: jax.Array, axes: tuple[WindowAxis, ...], shape: tuple[int, ...
         off = jnp.where(arg == n, np.array(value, dtype), off)
   else:
     off = jnp.asarray(offsets.astype(dtype))[arg.astype(np.int32)]
-  idx = off + jnp.asarray(base.astype(dtype).reshape((1,) * lead + base.shape))
+  return off + jnp.asarray(base.astype(dtype).reshape((1,) * lead + base.shape))
+
+
+def _indices(arg: jax.Array, axes: tuple[WindowAxis, ...], shape: tuple[int, ...],
+             storage_order: int) -> jax.Array:
+  """ONNX's flat index of each window's winning tap ``arg``."""
+  dtype = _index_dtype()
+  lead = len(shape) - len(axes)
+  idx = _plane_index(arg, axes, shape[lead:], storage_order, dtype)
   if lead:
+    plane = math.prod(shape[lead:])
     planes = np.arange(math.prod(shape[:lead]), dtype=np.int64).reshape(shape[:lead]) * plane
     idx = idx + lax.broadcast_in_dim(jnp.asarray(planes.astype(dtype)), arg.shape,
                                      tuple(range(lead)))
