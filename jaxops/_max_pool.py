@@ -696,11 +696,12 @@ def _unpool_hits(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Ar
   return (indices.astype(dtype).reshape(shape) == table) & (table >= 0)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   """Indices that each lie in their own window of a pooling whose windows do not overlap:
   every input element owns a block of ``stride`` positions per axis, so the output is one
-  select into those blocks, then a pad (or crop) by the padding and the output size."""
+  select into those blocks, then a pad (or crop) by the padding and the output size. Its
+  callers (``max_unpool``'s and ``jaxops.torch.max_unpool{1,2,3}d``'s windows) define the
+  derivative: a scatter-add whose transpose is one gather."""
   nd = cfg.nd
   lead = x.ndim - nd
   n = x.shape[lead:]
@@ -711,27 +712,6 @@ def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   config = [(0, 0, 0)] * lead + [(-p, o - (m * st - p), 0)
                                  for p, o, m, st in zip(cfg.pad, size, n, cfg.stride)]
   return lax.pad(y, np.zeros((), x.dtype), config)
-
-
-@_unpool_local.defjvp
-def _unpool_local_jvp(cfg: _Unpool, primals: tuple[Any, ...],
-                      tangents: tuple[Any, ...]) -> tuple[Any, Any]:
-  """The same map written per window tap as an interior-padded pad of the elements that name
-  the tap, so that its transpose (the backward pass) is strided slices and selects."""
-  (x, indices), (t, _) = primals, tangents
-  nd = cfg.nd
-  lead = x.ndim - nd
-  n = x.shape[lead:]
-  size = cfg.out[len(cfg.out) - nd:]
-  hits = _unpool_hits(indices, cfg, n)
-  zero = np.zeros((), t.dtype)
-  placed = []
-  for tap in itertools.product(*[range(k) for k in cfg.kernel]):
-    hit = hits[(slice(None),) * lead + sum(((slice(None), j) for j in tap), ())]
-    config = [(0, 0, 0)] * lead + [(j - p, o - ((m - 1) * st + 1 + j - p), st - 1)
-                                   for j, p, o, m, st in zip(tap, cfg.pad, size, n, cfg.stride)]
-    placed.append(lax.pad(jnp.where(hit, t, zero), zero, config))
-  return _unpool_local(x, indices, cfg), functools.reduce(operator.add, placed)
 
 
 def _unpool_windows(x: jax.Array, indices: jax.Array,
