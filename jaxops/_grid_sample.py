@@ -233,30 +233,63 @@ def _block_axis(g: Any, length: int, cfg: _Config, p: int) -> tuple[Any, Any, An
   return start, w, bad
 
 
-def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) samples from one K**r block gather per point of a padded channels-last input."""
-  n, c, *spatial = x.shape
+# Bytes of gathered blocks per chunk under differentiation: a chunk's blocks (and their
+# cotangents) stay small, so a call's temporaries do not grow with the number of points.
+_CHUNK_BYTES = 1 << 21
+
+
+def _block_chunk(xp: jax.Array, g: jax.Array, cfg: _Config, spatial: tuple[int, ...],
+                 k: int, p: int) -> jax.Array:
+  """(M, C) samples of the points ``g`` (M, r) of one batch element from its padded
+  channels-last input ``xp`` (*S + 2p, C)."""
   r = len(spatial)
-  k = 2 if cfg.mode is Mode.LINEAR else 4
-  p = 1 if cfg.mode is Mode.LINEAR else 4
+  c = xp.shape[-1]
   starts: list[Any] = []
-  weight: Any = jnp.ones(g.shape[:2], cdt)
+  weight: Any = jnp.ones(g.shape[:1], xp.dtype)
   for a in range(r):  # axis order: grid[..., r - 1 - a] is axis a
     start, w, _ = _block_axis(g[..., r - 1 - a], spatial[a], cfg, p)
     starts.append(start)
-    weight = weight[..., None] * w.reshape(w.shape[:2] + (1,) * a + (k,))
-  edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
-  xl = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
-  xp = jnp.pad(xl, [(0, 0)] + [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
-  st = jnp.stack(starts, axis=-1)                                           # (N, M, r)
+    weight = weight[..., None] * w.reshape(w.shape[:1] + (1,) * a + (k,))
+  st = jnp.stack(starts, axis=-1)                                           # (M, r)
   zero = jnp.zeros((), jnp.int32)
 
-  def one(xi: jax.Array, s: jax.Array) -> jax.Array:
-    return jax.lax.dynamic_slice(xi, tuple(s[a] for a in range(r)) + (zero,), (k,) * r + (c,))
+  def one(s: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_slice(xp, tuple(s[a] for a in range(r)) + (zero,), (k,) * r + (c,))
 
-  blk = jax.vmap(jax.vmap(one, in_axes=(None, 0)))(xp, st)                  # (N, M, K.., C)
-  out = jnp.sum(weight[..., None] * blk, axis=tuple(range(2, 2 + r)))
-  return out.transpose(0, 2, 1)                                             # (N, C, M)
+  blk = jax.vmap(one)(st)                                                   # (M, K.., C)
+  return jnp.sum(weight[..., None] * blk, axis=tuple(range(1, 1 + r)))
+
+
+def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
+  """(N, C, M) samples from one K**r block gather per point of a padded channels-last input.
+
+  One batch element at a time (a ``lax.map``), its points in chunks (an inner ``lax.map``),
+  both bodies rematerialised: the backward pass transposes and pads each element's input and
+  gathers each chunk's blocks again instead of keeping them as residuals, so the temporaries of
+  a call are about the size of one element's input and one chunk's blocks, not of every block.
+  """
+  n, c, *spatial = x.shape
+  r = len(spatial)
+  m = g.shape[1]
+  k = 2 if cfg.mode is Mode.LINEAR else 4
+  p = 1 if cfg.mode is Mode.LINEAR else 4
+  edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
+  mc = max(1, min(m, _CHUNK_BYTES // (k ** r * c * jnp.dtype(cdt).itemsize)))
+  chunks = -(-m // mc)
+
+  def element(args: tuple[jax.Array, jax.Array]) -> jax.Array:
+    xi, gi = args                                                           # (C, *S), (M, r)
+    xl = jnp.moveaxis(xi, 0, -1).astype(cdt)                                # (*S, C)
+    xp = jnp.pad(xl, [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
+    body = jax.checkpoint(lambda gc: _block_chunk(xp, gc, cfg, tuple(spatial), k, p))
+    if chunks == 1:
+      out = body(gi)                                                        # (M, C)
+    else:
+      gs = jnp.pad(gi, ((0, chunks * mc - m), (0, 0))).reshape(chunks, mc, r)
+      out = jax.lax.map(body, gs).reshape(chunks * mc, c)[:m]
+    return out.T                                                            # (C, M)
+
+  return jax.lax.map(jax.checkpoint(element), (x, g))
 
 
 def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
