@@ -229,67 +229,73 @@ def _block_axis(g: Any, length: int, cfg: _Config, p: int) -> tuple[Any, Any, An
   if not (cfg.mode is Mode.CUBIC and pad is PaddingMode.BORDER):
     keep = keep & (taps >= 0) & (taps <= length - 1)
   w = jnp.where(keep, w, 0)
-  start = (jnp.clip(first, -p, length + p - k) + p).astype(jnp.int32)
-  return start, w, bad
+  if p:
+    return (jnp.clip(first, -p, length + p - k) + p).astype(jnp.int32), w, bad
+  # unpadded (length >= K): the block starts inside the input, and each of its K slots takes
+  # the weights of the taps that read it (a clipped tap reads the edge pixel with border
+  # padding; a tap outside the input has weight 0 with the other paddings)
+  start = jnp.clip(first, 0, length - k)
+  if cfg.mode is Mode.CUBIC and pad is PaddingMode.BORDER:
+    taps = jnp.clip(taps, 0, length - 1)
+  slots = start[..., None] + jnp.arange(k, dtype=u.dtype).reshape((1,) * start.ndim + (-1,))
+  w = jnp.sum(jnp.where(taps[..., :, None] == slots[..., None, :], w[..., :, None], 0), axis=-2)
+  return start.astype(jnp.int32), w, bad
 
 
-# Bytes of gathered blocks per chunk under differentiation: a chunk's blocks (and their
-# cotangents) stay small, so a call's temporaries do not grow with the number of points.
+# Bytes of gathered blocks per chunk of points: a chunk's blocks (and under differentiation
+# their cotangents) stay small, so a call's temporaries do not grow with the number of points.
 _CHUNK_BYTES = 1 << 21
 
 
 def _block_chunk(xp: jax.Array, g: jax.Array, cfg: _Config, spatial: tuple[int, ...],
                  k: int, p: int) -> jax.Array:
-  """(M, C) samples of the points ``g`` (M, r) of one batch element from its padded
-  channels-last input ``xp`` (*S + 2p, C)."""
+  """(N, M, C) samples of the points ``g`` (N, M, r) from the padded channels-last ``xp``."""
   r = len(spatial)
   c = xp.shape[-1]
   starts: list[Any] = []
-  weight: Any = jnp.ones(g.shape[:1], xp.dtype)
+  weight: Any = jnp.ones(g.shape[:2], xp.dtype)
   for a in range(r):  # axis order: grid[..., r - 1 - a] is axis a
     start, w, _ = _block_axis(g[..., r - 1 - a], spatial[a], cfg, p)
     starts.append(start)
-    weight = weight[..., None] * w.reshape(w.shape[:1] + (1,) * a + (k,))
-  st = jnp.stack(starts, axis=-1)                                           # (M, r)
+    weight = weight[..., None] * w.reshape(w.shape[:2] + (1,) * a + (k,))
+  st = jnp.stack(starts, axis=-1)                                           # (N, M, r)
   zero = jnp.zeros((), jnp.int32)
 
-  def one(s: jax.Array) -> jax.Array:
-    return jax.lax.dynamic_slice(xp, tuple(s[a] for a in range(r)) + (zero,), (k,) * r + (c,))
+  def one(xi: jax.Array, s: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_slice(xi, tuple(s[a] for a in range(r)) + (zero,), (k,) * r + (c,))
 
-  blk = jax.vmap(one)(st)                                                   # (M, K.., C)
-  return jnp.sum(weight[..., None] * blk, axis=tuple(range(1, 1 + r)))
+  blk = jax.vmap(jax.vmap(one, in_axes=(None, 0)))(xp, st)                  # (N, M, K.., C)
+  return jnp.sum(weight[..., None] * blk, axis=tuple(range(2, 2 + r)))
 
 
 def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M) samples from one K**r block gather per point of a padded channels-last input.
 
-  One batch element at a time (a ``lax.map``), its points in chunks (an inner ``lax.map``),
-  both bodies rematerialised: the backward pass transposes and pads each element's input and
-  gathers each chunk's blocks again instead of keeping them as residuals, so the temporaries of
-  a call are about the size of one element's input and one chunk's blocks, not of every block.
+  The points are taken in chunks (every batch element in each, so a batch-sharded input needs
+  no collective) by a ``lax.map`` whose body is rematerialised: the backward pass gathers each
+  chunk's blocks again instead of keeping every point's block as a residual, and adds the
+  chunk's block cotangents into one padded input cotangent.
   """
   n, c, *spatial = x.shape
   r = len(spatial)
   m = g.shape[1]
   k = 2 if cfg.mode is Mode.LINEAR else 4
-  p = 1 if cfg.mode is Mode.LINEAR else 4
+  # an input with every axis at least K long is read unpadded (see _block_axis)
+  p = 0 if min(spatial) >= k else 1 if cfg.mode is Mode.LINEAR else 4
   edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
-  mc = max(1, min(m, _CHUNK_BYTES // (k ** r * c * jnp.dtype(cdt).itemsize)))
+  xp = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
+  if p:
+    xp = jnp.pad(xp, [(0, 0)] + [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
+  mc = max(1, min(m, _CHUNK_BYTES // (n * k ** r * c * jnp.dtype(cdt).itemsize)))
   chunks = -(-m // mc)
-
-  def element(args: tuple[jax.Array, jax.Array]) -> jax.Array:
-    xi, gi = args                                                           # (C, *S), (M, r)
-    xl = jnp.moveaxis(xi, 0, -1).astype(cdt)                                # (*S, C)
-    xp = jnp.pad(xl, [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
-    body = jax.checkpoint(lambda gc: _block_chunk(xp, gc, cfg, tuple(spatial), k, p))
-    if chunks == 1:
-      out = body(gi)                                                        # (M, C)
-    else:
-      gs = jnp.pad(gi, ((0, chunks * mc - m), (0, 0))).reshape(chunks, mc, r)
-      out = jax.lax.map(body, gs).reshape(chunks * mc, c)[:m]
-    return out.T                                                            # (C, M)
-
-  return jax.lax.map(jax.checkpoint(element), (x, g))
+  body = jax.checkpoint(lambda gc: _block_chunk(xp, gc, cfg, tuple(spatial), k, p))
+  if chunks == 1:
+    out = body(g)                                                           # (N, M, C)
+  else:
+    gs = jnp.pad(g, ((0, 0), (0, chunks * mc - m), (0, 0))).reshape(n, chunks, mc, r)
+    out = jax.lax.map(body, gs.transpose(1, 0, 2, 3))                       # (T, N, Mc, C)
+    out = out.transpose(1, 0, 2, 3).reshape(n, chunks * mc, c)[:, :m]
+  return out.transpose(0, 2, 1)                                             # (N, C, M)
 
 
 def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
@@ -316,15 +322,25 @@ def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _interpolate(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) linear/cubic samples: per-plane gathers when not differentiated; under jvp (and
-  so under grad) the block formulation, whose transpose is the faster one. Same values."""
-  return _planes(x, g, cfg, cdt)
+  """(N, C, M) linear/cubic samples: the block formulation for linear modes, per-plane gathers
+  for cubic ones (whose K**r blocks are larger than their per-plane taps) when not
+  differentiated; under jvp (and so under grad) the tangent is the block formulation's, whose
+  transpose is the faster one. Same values."""
+  return _primal_path(cfg)(x, g, cfg, cdt)
+
+
+def _primal_path(cfg: _Config) -> Any:
+  return _blocks if cfg.mode is Mode.LINEAR else _planes
 
 
 @_interpolate.defjvp
 def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any:
   path = _blocks if _uses_blocks(cfg) else _planes
-  return jax.jvp(lambda a, b: path(a, b, cfg, cdt), primals, tangents)
+  out, tangent = jax.jvp(lambda a, b: path(a, b, cfg, cdt), primals, tangents)
+  if _primal_path(cfg) is not path:
+    # the primal from the faster forward; under grad the block primal above is dead code
+    out = _primal_path(cfg)(*primals, cfg, cdt)
+  return out, tangent
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
