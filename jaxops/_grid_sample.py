@@ -2,12 +2,15 @@
 
 Everything that depends only on static arguments (the spatial shapes, the mode, the padding, the
 normalised base grid of affine_grid) is fixed at trace time. The device work of grid_sample is
-gathers on a flattened spatial index and a weighted sum over the taps. The forward pass gathers
-each tap on every (n, c) plane; under differentiation (a custom_jvp with the same values) linear
-and cubic (zeros/border) read each point's taps as one block of a padded channels-last input,
-so the transpose (the gradient with respect to ``x``) is one block scatter-add per point rather
-than one scatter per tap. The weights are jnp functions of the grid, so gradients flow to the
-grid (and through affine_grid to theta).
+gathers and a weighted sum over the taps. Linear modes read each point's taps as one K**r block
+of a channels-last input (padded only where an axis is shorter than the kernel); cubic gathers
+each tap on every (n, c) plane in the forward pass, and under differentiation (a custom_jvp with
+the same values) cubic zeros/border take the tangent of the block formulation too, so the
+transpose (the gradient with respect to ``x``) is one block scatter-add per point rather than
+one scatter per tap. The blocks are gathered in chunks of points by a rematerialised
+``lax.map``: the backward pass gathers a chunk again rather than keeping every block as a
+residual, so a call's temporaries stay about the size of the input and the output. The weights
+are jnp functions of the grid, so gradients flow to the grid (and through affine_grid to theta).
 """
 
 from __future__ import annotations
@@ -286,7 +289,7 @@ def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   xp = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
   if p:
     xp = jnp.pad(xp, [(0, 0)] + [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
-  mc = max(1, min(m, _CHUNK_BYTES // (n * k ** r * c * jnp.dtype(cdt).itemsize)))
+  mc = max(1, min(m, _CHUNK_BYTES // max(1, n * k ** r * c * jnp.dtype(cdt).itemsize)))
   chunks = -(-m // mc)
   body = jax.checkpoint(lambda gc: _block_chunk(xp, gc, cfg, tuple(spatial), k, p))
   if chunks == 1:
@@ -309,8 +312,9 @@ def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   stride = 1
   for a in range(r - 1, -1, -1):
     idx, w, _ = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
-    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, -1)
-    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, -1)
+    taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
+    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, taps)
+    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, taps)
     stride *= spatial[a]
   xf = x.astype(cdt).reshape(n, c, stride)
   out = jnp.zeros((n, c, m), cdt)
@@ -365,8 +369,9 @@ def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
   stride = 1
   for a in range(r - 1, -1, -1):  # innermost axis first: grid[..., 0] is the innermost axis
     idx, w, nan_a = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
-    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, -1)
-    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, -1)
+    taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
+    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, taps)
+    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, taps)
     bad = bad | nan_a
     stride *= spatial[a]
   xt = x.reshape(n, c, stride).transpose(0, 2, 1)           # (N, P, C): one row per pixel

@@ -321,6 +321,25 @@ def test_block_gradients_equal_torch_autograd_chunks_and_short_axes(mode, tmode,
   np.testing.assert_allclose(np.asarray(dg), tg.grad.numpy(), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("mode, tmode", [("linear", "bilinear"), ("cubic", "bicubic"),
+                                         ("nearest", "nearest")])
+@pytest.mark.parametrize("x_shape, g_shape", [((0, 2, 4, 4), (0, 3, 3, 2)),
+                                              ((1, 2, 4, 4), (1, 0, 3, 2)),
+                                              ((1, 0, 4, 4), (1, 3, 3, 2))])
+def test_empty_batch_points_or_channels_equal_torch(mode, tmode, x_shape, g_shape):
+  rng = np.random.default_rng(14)
+  x, g = rng.standard_normal(x_shape), rng.uniform(-1, 1, g_shape)
+  tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(g, requires_grad=True)
+  out = torch.nn.functional.grid_sample(tx, tg, mode=tmode, align_corners=False)
+  f = lambda a, b: jaxops.grid_sample(a, b, mode=mode)  # noqa: E731
+  y = f(x, g)
+  assert y.shape == tuple(out.shape)
+  if mode != "nearest":
+    dx, dg = jax.grad(lambda a, b: jnp.sum(f(a, b)), argnums=(0, 1))(x, g)
+    np.testing.assert_array_equal(np.asarray(dx), np.zeros(x_shape))  # nothing is read
+    np.testing.assert_array_equal(np.asarray(dg), np.zeros(g_shape))
+
+
 def test_vmap_over_grids_and_no_retrace():
   rng = np.random.default_rng(5)
   x = rng.standard_normal((1, 2, 4, 4))
