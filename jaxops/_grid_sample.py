@@ -2,12 +2,15 @@
 
 Everything that depends only on static arguments (the spatial shapes, the mode, the padding, the
 normalised base grid of affine_grid) is fixed at trace time. The device work of grid_sample is
-gathers on a flattened spatial index and a weighted sum over the taps. The forward pass gathers
-each tap on every (n, c) plane; under differentiation (a custom_jvp with the same values) linear
-and cubic (zeros/border) read each point's taps as one block of a padded channels-last input,
-so the transpose (the gradient with respect to ``x``) is one block scatter-add per point rather
-than one scatter per tap. The weights are jnp functions of the grid, so gradients flow to the
-grid (and through affine_grid to theta).
+gathers and a weighted sum over the taps. Linear modes read each point's taps as one K**r block
+of a channels-last input (padded only where an axis is shorter than the kernel); cubic gathers
+each tap on every (n, c) plane in the forward pass, and under differentiation (a custom_jvp with
+the same values) cubic zeros/border take the tangent of the block formulation too, so the
+transpose (the gradient with respect to ``x``) is one block scatter-add per point rather than
+one scatter per tap. The blocks are gathered in chunks of points by a rematerialised
+``lax.map``: the backward pass gathers a chunk again rather than keeping every block as a
+residual, so a call's temporaries stay about the size of the input and the output. The weights
+are jnp functions of the grid, so gradients flow to the grid (and through affine_grid to theta).
 """
 
 from __future__ import annotations
@@ -229,25 +232,35 @@ def _block_axis(g: Any, length: int, cfg: _Config, p: int) -> tuple[Any, Any, An
   if not (cfg.mode is Mode.CUBIC and pad is PaddingMode.BORDER):
     keep = keep & (taps >= 0) & (taps <= length - 1)
   w = jnp.where(keep, w, 0)
-  start = (jnp.clip(first, -p, length + p - k) + p).astype(jnp.int32)
-  return start, w, bad
+  if p:
+    return (jnp.clip(first, -p, length + p - k) + p).astype(jnp.int32), w, bad
+  # unpadded (length >= K): the block starts inside the input, and each of its K slots takes
+  # the weights of the taps that read it (a clipped tap reads the edge pixel with border
+  # padding; a tap outside the input has weight 0 with the other paddings)
+  start = jnp.clip(first, 0, length - k)
+  if cfg.mode is Mode.CUBIC and pad is PaddingMode.BORDER:
+    taps = jnp.clip(taps, 0, length - 1)
+  slots = start[..., None] + jnp.arange(k, dtype=u.dtype).reshape((1,) * start.ndim + (-1,))
+  w = jnp.sum(jnp.where(taps[..., :, None] == slots[..., None, :], w[..., :, None], 0), axis=-2)
+  return start.astype(jnp.int32), w, bad
 
 
-def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) samples from one K**r block gather per point of a padded channels-last input."""
-  n, c, *spatial = x.shape
+# Bytes of gathered blocks per chunk of points: a chunk's blocks (and under differentiation
+# their cotangents) stay small, so a call's temporaries do not grow with the number of points.
+_CHUNK_BYTES = 1 << 21
+
+
+def _block_chunk(xp: jax.Array, g: jax.Array, cfg: _Config, spatial: tuple[int, ...],
+                 k: int, p: int) -> jax.Array:
+  """(N, M, C) samples of the points ``g`` (N, M, r) from the padded channels-last ``xp``."""
   r = len(spatial)
-  k = 2 if cfg.mode is Mode.LINEAR else 4
-  p = 1 if cfg.mode is Mode.LINEAR else 4
+  c = xp.shape[-1]
   starts: list[Any] = []
-  weight: Any = jnp.ones(g.shape[:2], cdt)
+  weight: Any = jnp.ones(g.shape[:2], xp.dtype)
   for a in range(r):  # axis order: grid[..., r - 1 - a] is axis a
     start, w, _ = _block_axis(g[..., r - 1 - a], spatial[a], cfg, p)
     starts.append(start)
     weight = weight[..., None] * w.reshape(w.shape[:2] + (1,) * a + (k,))
-  edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
-  xl = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
-  xp = jnp.pad(xl, [(0, 0)] + [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
   st = jnp.stack(starts, axis=-1)                                           # (N, M, r)
   zero = jnp.zeros((), jnp.int32)
 
@@ -255,7 +268,36 @@ def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
     return jax.lax.dynamic_slice(xi, tuple(s[a] for a in range(r)) + (zero,), (k,) * r + (c,))
 
   blk = jax.vmap(jax.vmap(one, in_axes=(None, 0)))(xp, st)                  # (N, M, K.., C)
-  out = jnp.sum(weight[..., None] * blk, axis=tuple(range(2, 2 + r)))
+  return jnp.sum(weight[..., None] * blk, axis=tuple(range(2, 2 + r)))
+
+
+def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
+  """(N, C, M) samples from one K**r block gather per point of a padded channels-last input.
+
+  The points are taken in chunks (every batch element in each, so a batch-sharded input needs
+  no collective) by a ``lax.map`` whose body is rematerialised: the backward pass gathers each
+  chunk's blocks again instead of keeping every point's block as a residual, and adds the
+  chunk's block cotangents into one padded input cotangent.
+  """
+  n, c, *spatial = x.shape
+  r = len(spatial)
+  m = g.shape[1]
+  k = 2 if cfg.mode is Mode.LINEAR else 4
+  # an input with every axis at least K long is read unpadded (see _block_axis)
+  p = 0 if min(spatial) >= k else 1 if cfg.mode is Mode.LINEAR else 4
+  edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
+  xp = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
+  if p:
+    xp = jnp.pad(xp, [(0, 0)] + [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
+  mc = max(1, min(m, _CHUNK_BYTES // max(1, n * k ** r * c * jnp.dtype(cdt).itemsize)))
+  chunks = -(-m // mc)
+  body = jax.checkpoint(lambda gc: _block_chunk(xp, gc, cfg, tuple(spatial), k, p))
+  if chunks == 1:
+    out = body(g)                                                           # (N, M, C)
+  else:
+    gs = jnp.pad(g, ((0, 0), (0, chunks * mc - m), (0, 0))).reshape(n, chunks, mc, r)
+    out = jax.lax.map(body, gs.transpose(1, 0, 2, 3))                       # (T, N, Mc, C)
+    out = out.transpose(1, 0, 2, 3).reshape(n, chunks * mc, c)[:, :m]
   return out.transpose(0, 2, 1)                                             # (N, C, M)
 
 
@@ -270,8 +312,9 @@ def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   stride = 1
   for a in range(r - 1, -1, -1):
     idx, w, _ = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
-    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, -1)
-    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, -1)
+    taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
+    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, taps)
+    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, taps)
     stride *= spatial[a]
   xf = x.astype(cdt).reshape(n, c, stride)
   out = jnp.zeros((n, c, m), cdt)
@@ -283,15 +326,25 @@ def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _interpolate(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) linear/cubic samples: per-plane gathers when not differentiated; under jvp (and
-  so under grad) the block formulation, whose transpose is the faster one. Same values."""
-  return _planes(x, g, cfg, cdt)
+  """(N, C, M) linear/cubic samples: the block formulation for linear modes, per-plane gathers
+  for cubic ones (whose K**r blocks are larger than their per-plane taps) when not
+  differentiated; under jvp (and so under grad) the tangent is the block formulation's, whose
+  transpose is the faster one. Same values."""
+  return _primal_path(cfg)(x, g, cfg, cdt)
+
+
+def _primal_path(cfg: _Config) -> Any:
+  return _blocks if cfg.mode is Mode.LINEAR else _planes
 
 
 @_interpolate.defjvp
 def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any:
   path = _blocks if _uses_blocks(cfg) else _planes
-  return jax.jvp(lambda a, b: path(a, b, cfg, cdt), primals, tangents)
+  out, tangent = jax.jvp(lambda a, b: path(a, b, cfg, cdt), primals, tangents)
+  if _primal_path(cfg) is not path:
+    # the primal from the faster forward; under grad the block primal above is dead code
+    out = _primal_path(cfg)(*primals, cfg, cdt)
+  return out, tangent
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -316,8 +369,9 @@ def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
   stride = 1
   for a in range(r - 1, -1, -1):  # innermost axis first: grid[..., 0] is the innermost axis
     idx, w, nan_a = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
-    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, -1)
-    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, -1)
+    taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
+    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, taps)
+    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, taps)
     bad = bad | nan_a
     stride *= spatial[a]
   xt = x.reshape(n, c, stride).transpose(0, 2, 1)           # (N, P, C): one row per pixel

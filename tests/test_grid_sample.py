@@ -285,6 +285,61 @@ def test_3d_gradients_equal_torch_autograd():
     np.testing.assert_allclose(np.asarray(dg), tg.grad.numpy(), rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("mode, tmode, padding_mode, x_shape, g_shape", [
+    # more points than one chunk of gathered blocks holds (the remainder padded), float64
+    ("linear", "bilinear", "zeros", (2, 3, 9, 7), (2, 110, 110, 2)),
+    ("linear", "bilinear", "reflection", (2, 3, 9, 7), (2, 110, 110, 2)),
+    ("cubic", "bicubic", "border", (2, 3, 9, 7), (2, 60, 50, 2)),
+    ("cubic", "bicubic", "zeros", (2, 3, 9, 7), (2, 60, 50, 2)),
+    ("linear", "bilinear", "zeros", (1, 2, 4, 5, 6), (1, 20, 30, 30, 3)),
+    # an axis shorter than the kernel: the padded input
+    ("linear", "bilinear", "zeros", (2, 2, 1, 5), (2, 4, 3, 2)),
+    ("linear", "bilinear", "border", (2, 2, 4, 1), (2, 4, 3, 2)),
+    ("cubic", "bicubic", "zeros", (2, 2, 3, 5), (2, 4, 3, 2)),
+    ("cubic", "bicubic", "border", (2, 2, 6, 2), (2, 4, 3, 2)),
+])
+def test_block_gradients_equal_torch_autograd_chunks_and_short_axes(mode, tmode, padding_mode,
+                                                                    x_shape, g_shape):
+  from jaxops import _grid_sample
+  rng = np.random.default_rng(13)
+  x = rng.standard_normal(x_shape)
+  g = rng.uniform(-1.2, 1.2, g_shape)
+  ct = rng.standard_normal(x_shape[:2] + g_shape[1:-1])
+  if g_shape[1] > 10:  # the case must need several chunks
+    k = (2 if mode == "linear" else 4) ** (len(x_shape) - 2)
+    per_chunk = _grid_sample._CHUNK_BYTES // (x_shape[0] * k * x_shape[1] * 8)
+    assert np.prod(g_shape[1:-1]) > per_chunk
+  tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(g, requires_grad=True)
+  out = torch.nn.functional.grid_sample(tx, tg, mode=tmode, padding_mode=padding_mode,
+                                        align_corners=False)
+  out.backward(torch.tensor(ct))
+  y, vjp = jax.vjp(lambda a, b: jaxops.grid_sample(a, b, mode=mode, padding_mode=padding_mode),
+                   x, g)
+  dx, dg = vjp(ct)
+  np.testing.assert_allclose(np.asarray(y), out.detach().numpy(), rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(dx), tx.grad.numpy(), rtol=1e-10, atol=1e-11)
+  np.testing.assert_allclose(np.asarray(dg), tg.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("mode, tmode", [("linear", "bilinear"), ("cubic", "bicubic"),
+                                         ("nearest", "nearest")])
+@pytest.mark.parametrize("x_shape, g_shape", [((0, 2, 4, 4), (0, 3, 3, 2)),
+                                              ((1, 2, 4, 4), (1, 0, 3, 2)),
+                                              ((1, 0, 4, 4), (1, 3, 3, 2))])
+def test_empty_batch_points_or_channels_equal_torch(mode, tmode, x_shape, g_shape):
+  rng = np.random.default_rng(14)
+  x, g = rng.standard_normal(x_shape), rng.uniform(-1, 1, g_shape)
+  tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(g, requires_grad=True)
+  out = torch.nn.functional.grid_sample(tx, tg, mode=tmode, align_corners=False)
+  f = lambda a, b: jaxops.grid_sample(a, b, mode=mode)  # noqa: E731
+  y = f(x, g)
+  assert y.shape == tuple(out.shape)
+  if mode != "nearest":
+    dx, dg = jax.grad(lambda a, b: jnp.sum(f(a, b)), argnums=(0, 1))(x, g)
+    np.testing.assert_array_equal(np.asarray(dx), np.zeros(x_shape))  # nothing is read
+    np.testing.assert_array_equal(np.asarray(dg), np.zeros(g_shape))
+
+
 def test_vmap_over_grids_and_no_retrace():
   rng = np.random.default_rng(5)
   x = rng.standard_normal((1, 2, 4, 4))
