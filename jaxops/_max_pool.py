@@ -696,6 +696,49 @@ def _unpool_hits(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Ar
   return (indices.astype(dtype).reshape(shape) == table) & (table >= 0)
 
 
+@functools.lru_cache(maxsize=256)
+def _unpool_taps(cfg: _Unpool, n: tuple[int, ...]
+                 ) -> tuple[np.ndarray, tuple[tuple[int, np.ndarray | None], ...]]:
+  """Static tables over the input positions ``(n1, ..., nr)``: the per-plane index of each
+  element's window origin (its first tap, before the padding is taken off; negative or past the
+  output where the window starts in the padding), and per kernel tap its index offset from the
+  origin and where that tap lies inside the output (None: everywhere)."""
+  size = cfg.out[len(cfg.out) - cfg.nd:]
+  mult = [math.prod(size[d + 1:]) for d in range(cfg.nd)]
+  origin: np.ndarray = np.zeros((), np.int64)
+  for d in range(cfg.nd):
+    origin = np.add.outer(origin, (np.arange(n[d]) * cfg.stride[d] - cfg.pad[d]) * mult[d])
+  taps = []
+  for tap in itertools.product(*[range(k) for k in cfg.kernel]):
+    inside: np.ndarray = np.ones((), bool)
+    for d in range(cfg.nd):
+      pos = np.arange(n[d]) * cfg.stride[d] - cfg.pad[d] + tap[d]
+      inside = np.multiply.outer(inside, (pos >= 0) & (pos < size[d]))
+    mask = None if inside.all() else inside
+    if mask is not None:
+      mask.setflags(write=False)
+    taps.append((sum(j * m for j, m in zip(tap, mult)), mask))
+  origin.setflags(write=False)
+  return origin, tuple(taps)
+
+
+def _unpool_in_window(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Array:
+  """Per element: does its per-plane index name a tap of its own window inside the output
+  (``_unpool_hits`` summed over the block, as elementwise compares with static offsets)."""
+  lead = indices.ndim - cfg.nd
+  origin, taps = _unpool_taps(cfg, n)
+  dtype = _index_dtype()
+  rel = indices.astype(dtype) - jnp.asarray(origin.astype(dtype).reshape((1,) * lead +
+                                                                         origin.shape))
+  hit = None
+  for off, mask in taps:
+    h = rel == np.asarray(off, dtype)
+    if mask is not None:
+      h = h & jnp.asarray(mask.reshape((1,) * lead + mask.shape))
+    hit = h if hit is None else hit | h
+  return hit
+
+
 def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   """Indices that each lie in their own window of a pooling whose windows do not overlap:
   every input element owns a block of ``stride`` positions per axis, so the output is one
@@ -731,8 +774,7 @@ def _unpool_windows(x: jax.Array, indices: jax.Array,
   local = indices - base
   size = math.prod(plan.default)
   dropped = (indices < 0) | (indices >= size)
-  placed = jnp.any(_unpool_hits(local, cfg, x.shape[lead:]),
-                   axis=tuple(lead + 2 * d + 1 for d in range(nd)))
+  placed = _unpool_in_window(local, cfg, x.shape[lead:])
   return _unpool_local(x, local, cfg), jnp.all(placed | dropped)
 
 

@@ -1345,7 +1345,7 @@ import itertools  # noqa: E402  (imports kept inside this self-contained section
 import operator  # noqa: E402
 
 from jaxops import _max_pool as _max_pool_op  # noqa: E402
-from jaxops._max_pool import _Unpool, _unpool_hits, _unpool_local  # noqa: E402
+from jaxops._max_pool import _Unpool, _unpool_in_window, _unpool_local  # noqa: E402
 
 
 def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[int, ...],
@@ -1443,10 +1443,7 @@ def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array
 def _unpool_is_local(indices: jax.Array, cfg: _Unpool) -> jax.Array:
   """Does every index lie in its own window (what max_pool's indices of non-overlapping
   windows always do)? Then no two elements name one position and no scatter is needed."""
-  n = indices.shape[indices.ndim - cfg.nd:]
-  lead = indices.ndim - cfg.nd
-  return jnp.all(jnp.any(_unpool_hits(indices, cfg, n),
-                         axis=tuple(lead + 2 * d + 1 for d in range(cfg.nd))))
+  return jnp.all(_unpool_in_window(indices, cfg, indices.shape[indices.ndim - cfg.nd:]))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
