@@ -730,13 +730,13 @@ def _unpool_in_window(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> j
   dtype = _index_dtype()
   rel = indices.astype(dtype) - jnp.asarray(origin.astype(dtype).reshape((1,) * lead +
                                                                          origin.shape))
-  hit = None
-  for off, mask in taps:
+  hits = []
+  for off, mask in taps:  # every kernel has a tap
     h = rel == np.asarray(off, dtype)
     if mask is not None:
       h = h & jnp.asarray(mask.reshape((1,) * lead + mask.shape))
-    hit = h if hit is None else hit | h
-  return hit
+    hits.append(h)
+  return functools.reduce(operator.or_, hits)
 
 
 def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
