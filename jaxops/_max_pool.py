@@ -786,10 +786,16 @@ def _unpool_targets(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
   flat_i = indices.reshape(-1)
   flat_i = jnp.where((flat_i >= 0) & (flat_i < size), flat_i, size)  # out of range: dropped
   flat_i = flat_i.astype(_index_dtype())
-  order = jnp.arange(flat_i.shape[0], dtype=_index_dtype())
-  last = jnp.full((size + 1,), -1, order.dtype).at[flat_i].max(order, mode="drop")
-  keep = last[flat_i] == order
-  return jnp.where(keep, flat_i, size)
+  return jnp.where(_last_writers(flat_i, size)[1], flat_i, size)
+
+
+def _last_writers(flat: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+  """For flat positions in ``[0, size]`` (``size``: a spare slot), written in order: per
+  position, the number of its last writer (-1: none); per element, whether it is that last
+  writer. Shared with ``jaxops.torch.max_unpool{1,2,3}d``."""
+  order = jnp.arange(flat.shape[0], dtype=flat.dtype)
+  last = jnp.full((size + 1,), -1, flat.dtype).at[flat].max(order, mode="promise_in_bounds")
+  return last, last[flat] == order
 
 
 def _unpool_scatter(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:

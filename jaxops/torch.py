@@ -1345,7 +1345,8 @@ import itertools  # noqa: E402  (imports kept inside this self-contained section
 import operator  # noqa: E402
 
 from jaxops import _max_pool as _max_pool_op  # noqa: E402
-from jaxops._max_pool import _Unpool, _unpool_in_window, _unpool_local  # noqa: E402
+from jaxops._max_pool import (_last_writers, _Unpool, _unpool_in_window,  # noqa: E402
+                              _unpool_local)
 
 
 def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[int, ...],
@@ -1418,18 +1419,10 @@ def _unpool_flat(indices: jax.Array, cfg: _Unpool) -> tuple[jax.Array, int]:
   return jnp.where((i >= 0) & (i < plane), i + base, np.array(size, dtype)).reshape(-1), size
 
 
-def _unpool_last(flat: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
-  """Per output position (and the spare slot), the number of its last writer in torch's loop
-  order (-1: none); per element, whether it is that last writer."""
-  order = jnp.arange(flat.shape[0], dtype=flat.dtype)
-  last = jnp.full((size + 1,), -1, flat.dtype).at[flat].max(order, mode="promise_in_bounds")
-  return last, last[flat] == order
-
-
 def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   """Any indices: a scatter of the last writer of each position."""
   flat, size = _unpool_flat(indices, cfg)
-  last, keep = _unpool_last(flat, size)
+  last, keep = _last_writers(flat, size)
   # A scatter-add of the kept elements, every other one adding -0: linear in x (a gather is its
   # transpose), and exact, as x + (-0) is x for every x. Positions nobody writes are set to +0
   # at the end.
@@ -1464,7 +1457,7 @@ def _unpool_windows_jvp(cfg: _Unpool, primals: tuple[Any, ...],
   flat, size = _unpool_flat(indices, cfg)
   # In own windows, no two elements share a position: all in-plane ones are kept.
   target = lax.cond(_unpool_is_local(indices, cfg), lambda f: f,
-                    lambda f: jnp.where(_unpool_last(f, size)[1], f, size), flat)
+                    lambda f: jnp.where(_last_writers(f, size)[1], f, size), flat)
   t = jnp.zeros((size + 1,), tangents[0].dtype).at[target].add(
       tangents[0].reshape(-1), mode="promise_in_bounds")[:size]
   return _unpool_windows(x, indices, cfg), t.reshape(cfg.out)
