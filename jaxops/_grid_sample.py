@@ -2,15 +2,19 @@
 
 Everything that depends only on static arguments (the spatial shapes, the mode, the padding, the
 normalised base grid of affine_grid) is fixed at trace time. The device work of grid_sample is
-gathers and a weighted sum over the taps. Linear modes read each point's taps as one K**r block
-of a channels-last input (padded only where an axis is shorter than the kernel); cubic gathers
-each tap on every (n, c) plane in the forward pass, and under differentiation (a custom_jvp with
-the same values) cubic zeros/border take the tangent of the block formulation too, so the
-transpose (the gradient with respect to ``x``) is one block scatter-add per point rather than
-one scatter per tap. The blocks are gathered in chunks of points by a rematerialised
-``lax.map``: the backward pass gathers a chunk again rather than keeping every block as a
-residual, so a call's temporaries stay about the size of the input and the output. The weights
-are jnp functions of the grid, so gradients flow to the grid (and through affine_grid to theta).
+gathers and a weighted sum over the taps. The forward pass of the linear modes (and nearest)
+gathers, for each tap of each point, the C contiguous values of its pixel from a channels-last
+copy of the input; on the CPU these row gathers run as the branch of a conditional, which keeps
+XLA from fusing the transposes and the tap arithmetic into them (see ``_materialised``). Cubic
+gathers each tap on every (n, c) plane in the forward pass. Under differentiation (a custom_jvp
+with the same values) the linear modes and cubic zeros/border take the tangent of the block
+formulation, each point's taps read as one K**r block of a channels-last input (padded only
+where an axis is shorter than the kernel), so the transpose (the gradient with respect to
+``x``) is one block scatter-add per point rather than one scatter per tap. The blocks are
+gathered in chunks of points by a rematerialised ``lax.map``: the backward pass gathers a chunk
+again rather than keeping every block as a residual, so a call's temporaries stay about the
+size of the input and the output. The weights are jnp functions of the grid, so gradients flow
+to the grid (and through affine_grid to theta).
 """
 
 from __future__ import annotations
@@ -302,21 +306,13 @@ def _blocks(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
 
 
 def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) samples from one gather per tap on each (n, c) plane: the fastest forward on
-  XLA's CPU gather, whose transpose (one scatter per tap) is slower than the blocks'."""
+  """(N, C, M) samples from one gather per tap on each (n, c) plane: the fastest forward of
+  the cubic modes on XLA's CPU gather, whose transpose (one scatter per tap) is slower than the
+  blocks'."""
   n, c, *spatial = x.shape
-  r = len(spatial)
   m = g.shape[1]
-  flat = jnp.zeros((n, m, 1), jnp.int32)
-  weight = jnp.ones((n, m, 1), cdt)
-  stride = 1
-  for a in range(r - 1, -1, -1):
-    idx, w, _ = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
-    taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
-    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, taps)
-    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, taps)
-    stride *= spatial[a]
-  xf = x.astype(cdt).reshape(n, c, stride)
+  flat, weight, _ = _tap_table(tuple(x.shape), g, cfg, cdt)
+  xf = x.astype(cdt).reshape(n, c, math.prod(spatial))
   out = jnp.zeros((n, c, m), cdt)
   for t in range(flat.shape[-1]):
     v = jnp.take_along_axis(xf, flat[:, None, :, t], axis=2, mode="promise_in_bounds")
@@ -324,17 +320,93 @@ def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   return out
 
 
+def _rows(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
+  """(N, C, M) samples as one row gather per tap from a channels-last input: each tap of each
+  point reads the C contiguous values of its pixel. The fastest forward of the linear modes on
+  XLA's CPU, when the gathers read materialised operands (see ``_materialised``)."""
+  n, c, *spatial = x.shape
+  m = g.shape[1]
+  flat, weight, _ = _tap_table(tuple(x.shape), g, cfg, cdt)
+  xt = jnp.moveaxis(x, 1, -1).astype(cdt).reshape(n, math.prod(spatial), c)
+
+  def gather(xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
+    out = jnp.zeros((n, m, c), cdt)
+    for t in range(flat.shape[-1]):
+      rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat[..., t])
+      out = out + weight[..., t, None] * rows
+    return out
+
+  return _gather_rows(gather, xt, flat, weight).transpose(0, 2, 1)
+
+
+def _gather_rows(gather: Any, xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
+  """``gather(xt, flat, weight)``, the row gathers of channels-last ``xt`` (N, P, C) at the
+  taps ``flat`` (N, M, T), giving (N, M, C): behind ``_materialised`` on the CPU when there
+  is enough work to pay for it."""
+  n, m = flat.shape[:2]
+  if n * m * xt.shape[-1] < _MATERIALISE_MIN:
+    return gather(xt, flat, weight)
+  barrier = functools.partial(_materialised, gather)
+  return jax.lax.platform_dependent(xt, flat, weight, cpu=barrier, default=gather)
+
+
+# Samples (points x channels) from which the row gathers run behind ``_materialised``: below it
+# the conditional's fixed cost outweighs the gain.
+_MATERIALISE_MIN = 1 << 16
+
+
+def _materialised(fn: Any, *args: jax.Array) -> Any:
+  """``fn(*args)`` with its operands and results materialised, for XLA's CPU fusion.
+
+  Left to itself, XLA fuses the producers of a gather's operands into the gather (the
+  channels-last transpose of the input, so that every gathered value is read across the
+  channel planes, and the tap arithmetic, recomputed for every channel) and the gather into
+  its consumer (the transpose back to channels-first), which is several times slower than the
+  gather alone. The branches of a conditional take materialised operands and give materialised
+  results, so ``fn`` runs as the branch of a conditional whose predicate is true but hidden
+  from XLA's simplifier by an optimization barrier; the other branch gives zeros and never
+  runs. The predicate is a constant, not data: under ``vmap`` it stays unbatched (the
+  conditional stays a conditional), and under SPMD sharding it needs no collective. Should a
+  later XLA fold it, the result is the same, only slower.
+  """
+  shapes = jax.eval_shape(fn, *args)
+  return jax.lax.cond(jax.lax.optimization_barrier(np.int32(1)) > 0, fn,
+                      lambda *_: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+                      *args)
+
+
+def _tap_table(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
+               cdt: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Every tap of every point of ``g`` (N, M, r): (its pixel's flat index (N, M, T) within its
+  image, int32; its weight (N, M, T), 0 for a tap outside the input; the NaN flag (N, M))."""
+  n, _, *spatial = x_shape
+  r = len(spatial)
+  m = g.shape[1]
+  flat = jnp.zeros((n, m, 1), jnp.int32)
+  weight = jnp.ones((n, m, 1), cdt)
+  bad = jnp.zeros((n, m), bool)
+  stride = 1
+  for a in range(r - 1, -1, -1):  # innermost axis first: grid[..., 0] is the innermost axis
+    idx, w, nan_a = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
+    taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
+    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, taps)
+    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, taps)
+    bad = bad | nan_a
+    stride *= spatial[a]
+  return flat, weight, bad
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _interpolate(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) linear/cubic samples: the block formulation for linear modes, per-plane gathers
-  for cubic ones (whose K**r blocks are larger than their per-plane taps) when not
-  differentiated; under jvp (and so under grad) the tangent is the block formulation's, whose
-  transpose is the faster one. Same values."""
+  """(N, C, M) linear/cubic samples: row gathers for linear modes, per-plane gathers for cubic
+  ones (whose K**r blocks are larger than their per-plane taps) when not differentiated; under
+  jvp (and so under grad) the tangent is the block formulation's, whose transpose is the faster
+  one. Same values."""
   return _primal_path(cfg)(x, g, cfg, cdt)
 
 
 def _primal_path(cfg: _Config) -> Any:
-  return _blocks if cfg.mode is Mode.LINEAR else _planes
+  return _rows if cfg.mode is Mode.LINEAR else _planes
 
 
 @_interpolate.defjvp
@@ -363,31 +435,17 @@ def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
     out = _interpolate(x, g, cfg, cdt)
     out = jnp.where(bad[:, None, :], jnp.nan, out).astype(x.dtype)
     return out.reshape(n, c, *out_spatial)
-  flat = jnp.zeros((n, m, 1), jnp.int32)
-  weight = jnp.ones((n, m, 1), cdt)
-  bad = jnp.zeros((n, m), bool)
-  stride = 1
-  for a in range(r - 1, -1, -1):  # innermost axis first: grid[..., 0] is the innermost axis
-    idx, w, nan_a = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
-    taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
-    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, taps)
-    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, taps)
-    bad = bad | nan_a
-    stride *= spatial[a]
-  xt = x.reshape(n, c, stride).transpose(0, 2, 1)           # (N, P, C): one row per pixel
-  taps = flat.shape[-1]
-  rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(
-      xt, flat.reshape(n, m * taps)).reshape(n, m, taps, c)
-  if cfg.mode is Mode.NEAREST:
-    out = jnp.where(weight[..., 0, None] > 0, rows[:, :, 0, :], jnp.zeros((), x.dtype))
-    if x.dtype in _FLOATS:
-      out = jnp.where(bad[..., None], jnp.nan, out)
-    out = out.astype(x.dtype)
-  else:
-    # a multiply and a sum over the taps (one fused loop; a dot over K would batch tiny matmuls)
-    out = jnp.sum(weight[..., None] * rows.astype(cdt), axis=2)
-    out = jnp.where(bad[..., None], jnp.nan, out).astype(x.dtype)
-  return out.transpose(0, 2, 1).reshape(n, c, *out_spatial)
+  flat, weight, bad = _tap_table(tuple(x.shape), g, cfg, cdt)
+  xt = jnp.moveaxis(x, 1, -1).reshape(n, math.prod(spatial), c)   # (N, P, C): one row per pixel
+
+  def nearest(xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
+    rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat[..., 0])
+    return jnp.where(weight[..., 0, None] > 0, rows, jnp.zeros((), x.dtype))
+
+  out = _gather_rows(nearest, xt, flat, weight)
+  if x.dtype in _FLOATS:
+    out = jnp.where(bad[..., None], jnp.nan, out)
+  return out.astype(x.dtype).transpose(0, 2, 1).reshape(n, c, *out_spatial)
 
 
 # --- affine_grid ---------------------------------------------------------------------------------

@@ -357,3 +357,54 @@ def test_vmap_over_grids_and_no_retrace():
 
   for i in range(3):
     f(x + i, grids[i])
+
+
+@pytest.mark.parametrize("mode, tmode, padding_mode, align_corners", [
+    ("linear", "bilinear", "zeros", False), ("linear", "bilinear", "border", True),
+    ("linear", "bilinear", "reflection", False), ("nearest", "nearest", "zeros", False),
+    ("nearest", "nearest", "reflection", True)])
+@pytest.mark.parametrize("spatial", [2, 3])
+def test_materialised_row_gathers_equal_torch(mode, tmode, padding_mode, align_corners, spatial):
+  """Calls with enough samples that the CPU forward runs its row gathers as the branch of a
+  conditional (``_materialised``): values against torch, float64 and float32, the non-finite
+  grid rule, vmap over grids, and integer input in nearest mode."""
+  from jaxops import _grid_sample
+  rng = np.random.default_rng(21 + spatial)
+  if spatial == 2:
+    x_shape, g_shape = (2, 16, 37, 41), (2, 48, 45, 2)
+  else:
+    x_shape, g_shape = (1, 8, 9, 12, 14), (1, 16, 16, 32, 3)
+  assert x_shape[0] * x_shape[1] * np.prod(g_shape[1:-1]) >= _grid_sample._MATERIALISE_MIN
+  x = rng.standard_normal(x_shape)
+  g = rng.uniform(-1.3, 1.3, g_shape)
+  g.reshape(-1, spatial)[::97] = rng.uniform(-9.0, 9.0, spatial)  # far outside the input
+  kw = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+  f = jax.jit(lambda a, b: jaxops.grid_sample(a, b, **kw))
+  assert "conditional(" in f.lower(x, g).compile().as_text()  # the materialised path runs
+  tkw = dict(mode=tmode, padding_mode=padding_mode, align_corners=align_corners)
+  want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g), **tkw).numpy()
+  np.testing.assert_allclose(np.asarray(f(x, g)), want, rtol=1e-12, atol=1e-12)
+  want32 = torch.nn.functional.grid_sample(torch.tensor(x, dtype=torch.float32),
+                                           torch.tensor(g, dtype=torch.float32), **tkw).numpy()
+  np.testing.assert_allclose(np.asarray(f(x.astype(np.float32), g.astype(np.float32))), want32,
+                             rtol=1e-5, atol=1e-5)
+  # a NaN coordinate gives NaN in every channel of its point, and only there
+  gn = g.copy()
+  gn[0, 3, 5, ..., 0] = np.nan
+  yn = np.asarray(f(x, gn))
+  nan_at = np.zeros(yn.shape, bool)
+  nan_at[0, :, 3, 5] = True
+  np.testing.assert_array_equal(np.isnan(yn), nan_at)
+  np.testing.assert_allclose(yn[~nan_at], want[~nan_at], rtol=1e-12, atol=1e-12)
+  # vmap over two grids for one input
+  g2 = np.stack([g, -g])
+  yv = jax.vmap(lambda b: jaxops.grid_sample(x, b, **kw))(g2)
+  want_neg = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(-g), **tkw).numpy()
+  np.testing.assert_allclose(np.asarray(yv), np.stack([want, want_neg]), rtol=1e-12, atol=1e-12)
+  if mode == "nearest":  # integers are read as they are
+    xi = rng.integers(-1000, 1000, x_shape).astype(np.int32)
+    yi = np.asarray(f(xi, g))
+    assert yi.dtype == np.int32
+    want_i = torch.nn.functional.grid_sample(torch.tensor(xi, dtype=torch.float64),
+                                             torch.tensor(g), **tkw).numpy()
+    np.testing.assert_array_equal(yi, want_i.astype(np.int32))

@@ -39,8 +39,8 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
 # grid_sample, affine_grid and roi_align: each batch element's grid (theta, roi set) comes from
 # that element, so batch sharding needs no collective; the grid mixes channels, so channel
 # sharding may need them (only the batch layout is asserted for these).
-RESAMPLE_OPS = ("grid_sample_linear", "grid_sample_cubic_border", "affine_grid_sample",
-                "roi_align_per_image", "grad_grid_sample")
+RESAMPLE_OPS = ("grid_sample_linear", "grid_sample_linear_rows", "grid_sample_cubic_border",
+                "affine_grid_sample", "roi_align_per_image", "grad_grid_sample")
 
 
 def _worker_cases():
@@ -67,6 +67,10 @@ def _worker_cases():
 
   resample = {
       "grid_sample_linear": (lambda x: jaxops.grid_sample(x, grid_of(x)), shape, jnp.float32),
+      # enough samples for the CPU's row gathers behind a conditional (_materialised), whose
+      # predicate must not need a collective
+      "grid_sample_linear_rows": (lambda x: jaxops.grid_sample(x, grid_of(x)), (16, 16, 24, 24),
+                                  jnp.float32),
       "grid_sample_cubic_border": (lambda x: jaxops.grid_sample(
           x, grid_of(x), mode="cubic", padding_mode="border"), shape, jnp.float32),
       "affine_grid_sample": (lambda x: jaxops.grid_sample(
