@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
 from jaxops import _checks
@@ -325,18 +326,19 @@ def _rows(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   point reads the C contiguous values of its pixel. The fastest forward of the linear modes on
   XLA's CPU, when the gathers read materialised operands (see ``_materialised``)."""
   n, c, *spatial = x.shape
-  m = g.shape[1]
   flat, weight, _ = _tap_table(tuple(x.shape), g, cfg, cdt)
   xt = jnp.moveaxis(x, 1, -1).astype(cdt).reshape(n, math.prod(spatial), c)
+  return _gather_rows(functools.partial(_weighted_rows, cdt), xt, flat,
+                      weight).transpose(0, 2, 1)
 
-  def gather(xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
-    out = jnp.zeros((n, m, c), cdt)
-    for t in range(flat.shape[-1]):
-      rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat[..., t])
-      out = out + weight[..., t, None] * rows
-    return out
 
-  return _gather_rows(gather, xt, flat, weight).transpose(0, 2, 1)
+def _weighted_rows(cdt: Any, xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
+  """(N, M, C): the sum over the taps of each tap's weight times its row of ``xt`` (N, P, C)."""
+  out = jnp.zeros(flat.shape[:2] + xt.shape[-1:], cdt)
+  for t in range(flat.shape[-1]):
+    rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat[..., t])
+    out = out + weight[..., t, None] * rows
+  return out
 
 
 def _gather_rows(gather: Any, xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
@@ -401,7 +403,8 @@ def _interpolate(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Arra
   """(N, C, M) linear/cubic samples: row gathers for linear modes, per-plane gathers for cubic
   ones (whose K**r blocks are larger than their per-plane taps) when not differentiated; under
   jvp (and so under grad) the tangent is the block formulation's, whose transpose is the faster
-  one. Same values."""
+  one, or, where only the grid is differentiated, the row gathers' (``_grid_tangent``). Same
+  values."""
   return _primal_path(cfg)(x, g, cfg, cdt)
 
 
@@ -409,14 +412,39 @@ def _primal_path(cfg: _Config) -> Any:
   return _rows if cfg.mode is Mode.LINEAR else _planes
 
 
-@_interpolate.defjvp
 def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any:
+  tx, tg = tangents
+  if isinstance(tx, SymbolicZero):  # only the grid varies: no tangent through x, no scatter
+    return (_primal_path(cfg)(*primals, cfg, cdt),
+            _grid_tangent(primals[0], primals[1], _instantiate(tg), cfg, cdt))
+  tangents = (tx, _instantiate(tg))
   path = _blocks if _uses_blocks(cfg) else _planes
   out, tangent = jax.jvp(lambda a, b: path(a, b, cfg, cdt), primals, tangents)
   if _primal_path(cfg) is not path:
     # the primal from the faster forward; under grad the block primal above is dead code
     out = _primal_path(cfg)(*primals, cfg, cdt)
   return out, tangent
+
+
+_interpolate.defjvp(_interpolate_jvp, symbolic_zeros=True)
+
+
+def _instantiate(t: Any) -> Any:
+  return jnp.zeros(t.shape, t.dtype) if isinstance(t, SymbolicZero) else t
+
+
+def _grid_tangent(x: jax.Array, g: jax.Array, tg: jax.Array, cfg: _Config,
+                  cdt: Any) -> jax.Array:
+  """(N, C, M): the tangent of the samples when only the grid moves, the row gathers of ``x``
+  weighted by the tangents of the tap weights. Its transpose (the gradient with respect to the
+  grid, e.g. a spatial transformer's theta with a fixed image) gathers again and reduces over
+  the channels; nothing is scattered."""
+  n, c, *spatial = x.shape
+  (flat, _, _), (_, tweight, _) = jax.jvp(
+      lambda b: _tap_table(tuple(x.shape), b, cfg, cdt), (g,), (tg,))
+  xt = jnp.moveaxis(x, 1, -1).astype(cdt).reshape(n, math.prod(spatial), c)
+  return _gather_rows(functools.partial(_weighted_rows, cdt), xt, flat,
+                      tweight).transpose(0, 2, 1)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
