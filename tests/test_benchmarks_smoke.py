@@ -235,3 +235,13 @@ def test_headline_table_and_readme_update(tmp_path: Path) -> None:
   assert text.endswith(f"{table}\n{README_END}\nrest\n")
   readme.write_text("no markers\n")
   assert not update_readme(readme, table, meta) and readme.read_text() == "no markers\n"
+
+
+def test_grid_sample_parts_command_at_tiny_sizes() -> None:
+  proc = _run("-m", "benchmarks.grid_sample_parts", "--tiny", "--threads", "1", "--blocks", "1",
+              "--runs", "1")
+  assert proc.returncode == 0, proc.stderr
+  rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "ms" not in line]
+  assert [r.split(" | ")[0][2:] for r in rows] == [
+      "torch forward + backward", "jaxops jax.grad (x, grid)",
+      "XLA scatter-add of the x cotangent", "XLA gather + dot for the grid cotangent"]
