@@ -9,7 +9,7 @@ Usage::
 The backward pass of bilinear grid_sample (the gradient with respect to ``x`` and the grid) is
 made of work that XLA's CPU backend does with general gathers and scatters, where PyTorch runs a
 hand-written loop. This times, on the benchmark's case (x 8x32x128x128, grid 8x128x128x2, zeros
-padding, float32) and in one process:
+padding, float32), in one process, each system in its own phase (torch first):
 
 * torch: ``grid_sample`` forward and ``backward()`` (the benchmark's peer);
 * jaxops: ``jax.grad`` of the sum of squares with respect to x and the grid (the benchmark's
@@ -123,12 +123,9 @@ def main(argv: list[str] | None = None) -> None:
       "XLA gather + dot for the grid cotangent":
           lambda: gather_dot(xt, index, ct).block_until_ready(),
   }
-  samples: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
-  for _ in range(args.blocks):  # systems interleaved block by block, as benchmarks/run.py does
-    for name, fn in systems.items():
-      samples[name].append(_time(fn, 1, args.runs))
-  results = {name: (statistics.median(s for s, _ in v), statistics.median(f for _, f in v))
-             for name, v in samples.items()}
+  # each system in its own phase, torch first: a system that faults heavily leaves glibc's heap
+  # in a state that changes the next system's page faults, so interleaving would mix them
+  results = {name: _time(fn, args.blocks, args.runs) for name, fn in systems.items()}
   ref = results["torch forward + backward"][0]
   print(f"grid_sample bilinear zeros, x {n}x{c}x{h}x{w}, grid {n}x{h}x{w}x2, float32, "
         f"{args.threads} threads")
