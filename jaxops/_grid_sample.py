@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
+import operator
 from typing import Any
 
 import jax
@@ -324,32 +326,40 @@ def _planes(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
 def _rows(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M) samples as one row gather per tap from a channels-last input: each tap of each
   point reads the C contiguous values of its pixel. The fastest forward of the linear modes on
-  XLA's CPU, when the gathers read materialised operands (see ``_materialised``)."""
+  XLA's CPU, when the gathers read materialised operands (see ``_materialised``). The taps
+  enter as per-axis tables, combined in the gathers' loop: for r axes they take r * K values
+  per point instead of K**r, which keeps a 3-D call's temporaries smaller."""
   n, c, *spatial = x.shape
-  flat, weight, _ = _tap_table(tuple(x.shape), g, cfg, cdt)
+  index, weight, _ = _axis_tables(tuple(x.shape), g, cfg, cdt)
   xt = jnp.moveaxis(x, 1, -1).astype(cdt).reshape(n, math.prod(spatial), c)
-  return _gather_rows(functools.partial(_weighted_rows, cdt), xt, flat,
-                      weight).transpose(0, 2, 1)
+  return _gather_rows(functools.partial(_weighted_axis_rows, cdt), xt, *index,
+                      *weight).transpose(0, 2, 1)
 
 
-def _weighted_rows(cdt: Any, xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
-  """(N, M, C): the sum over the taps of each tap's weight times its row of ``xt`` (N, P, C)."""
-  out = jnp.zeros(flat.shape[:2] + xt.shape[-1:], cdt)
-  for t in range(flat.shape[-1]):
-    rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat[..., t])
-    out = out + weight[..., t, None] * rows
+def _weighted_axis_rows(cdt: Any, xt: jax.Array, *tables: jax.Array) -> jax.Array:
+  """(N, M, C) from per-axis tables (each axis' flat offsets (N, M, K), then each axis'
+  weights): for every combination of one tap per axis, the product of the weights times the
+  row of ``xt`` (N, P, C) at the sum of the offsets."""
+  r = len(tables) // 2
+  index, weight = tables[:r], tables[r:]
+  out = jnp.zeros(index[0].shape[:2] + xt.shape[-1:], cdt)
+  for taps in itertools.product(*[range(i.shape[-1]) for i in index]):
+    flat = functools.reduce(operator.add, [i[..., t] for i, t in zip(index, taps)])
+    w = functools.reduce(operator.mul, [v[..., t] for v, t in zip(weight, taps)])
+    rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat)
+    out = out + w[..., None] * rows
   return out
 
 
-def _gather_rows(gather: Any, xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
-  """``gather(xt, flat, weight)``, the row gathers of channels-last ``xt`` (N, P, C) at the
-  taps ``flat`` (N, M, T), giving (N, M, C): behind ``_materialised`` on the CPU when there
-  is enough work to pay for it."""
-  n, m = flat.shape[:2]
+def _gather_rows(gather: Any, xt: jax.Array, *tables: jax.Array) -> jax.Array:
+  """``gather(xt, *tables)``, the row gathers of channels-last ``xt`` (N, P, C) at the taps
+  that ``tables`` (each (N, M, ...)) describe, giving (N, M, C): behind ``_materialised`` on
+  the CPU when there is enough work to pay for it."""
+  n, m = tables[0].shape[:2]
   if n * m * xt.shape[-1] < _MATERIALISE_MIN:
-    return gather(xt, flat, weight)
+    return gather(xt, *tables)
   barrier = functools.partial(_materialised, gather)
-  return jax.lax.platform_dependent(xt, flat, weight, cpu=barrier, default=gather)
+  return jax.lax.platform_dependent(xt, *tables, cpu=barrier, default=gather)
 
 
 # Samples (points x channels) from which the row gathers run behind ``_materialised``: below it
@@ -377,25 +387,38 @@ def _materialised(fn: Any, *args: jax.Array) -> Any:
                       *args)
 
 
+def _axis_tables(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
+                 cdt: Any) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:
+  """The taps of every point of ``g`` (N, M, r) along each axis, innermost first: (per axis,
+  its taps' offsets (N, M, K) in the flat image, int32: index times the axis' stride; per
+  axis, their weights (N, M, K), 0 for a tap outside the input; the NaN flag (N, M))."""
+  n, _, *spatial = x_shape
+  r = len(spatial)
+  index, weight = [], []
+  bad = jnp.zeros((n, g.shape[1]), bool)
+  stride = 1
+  for a in range(r - 1, -1, -1):  # innermost axis first: grid[..., 0] is the innermost axis
+    idx, w, nan_a = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
+    index.append(idx * stride)
+    weight.append(w.astype(cdt))
+    bad = bad | nan_a
+    stride *= spatial[a]
+  return index, weight, bad
+
+
 def _tap_table(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
                cdt: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Every tap of every point of ``g`` (N, M, r): (its pixel's flat index (N, M, T) within its
   image, int32; its weight (N, M, T), 0 for a tap outside the input; the NaN flag (N, M))."""
-  n, _, *spatial = x_shape
-  r = len(spatial)
-  m = g.shape[1]
+  n, m = x_shape[0], g.shape[1]
+  index, weight, bad = _axis_tables(x_shape, g, cfg, cdt)
   flat = jnp.zeros((n, m, 1), jnp.int32)
-  weight = jnp.ones((n, m, 1), cdt)
-  bad = jnp.zeros((n, m), bool)
-  stride = 1
-  for a in range(r - 1, -1, -1):  # innermost axis first: grid[..., 0] is the innermost axis
-    idx, w, nan_a = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
+  w = jnp.ones((n, m, 1), cdt)
+  for idx, wa in zip(index, weight):
     taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
-    flat = (flat[..., :, None] + idx[..., None, :] * stride).reshape(n, m, taps)
-    weight = (weight[..., :, None] * w[..., None, :]).reshape(n, m, taps)
-    bad = bad | nan_a
-    stride *= spatial[a]
-  return flat, weight, bad
+    flat = (flat[..., :, None] + idx[..., None, :]).reshape(n, m, taps)
+    w = (w[..., :, None] * wa[..., None, :]).reshape(n, m, taps)
+  return flat, w, bad
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
@@ -443,7 +466,7 @@ def _grid_tangent(x: jax.Array, g: jax.Array, tg: jax.Array, cfg: _Config,
   (flat, _, _), (_, tweight, _) = jax.jvp(
       lambda b: _tap_table(tuple(x.shape), b, cfg, cdt), (g,), (tg,))
   xt = jnp.moveaxis(x, 1, -1).astype(cdt).reshape(n, math.prod(spatial), c)
-  return _gather_rows(functools.partial(_weighted_rows, cdt), xt, flat,
+  return _gather_rows(functools.partial(_weighted_axis_rows, cdt), xt, flat,
                       tweight).transpose(0, 2, 1)
 
 
