@@ -381,6 +381,7 @@ def _chunked(body: Any, rois: jax.Array, b: jax.Array, chunk: int) -> jax.Array:
   backward recomputes each chunk's taps rather than storing them."""
   num = rois.shape[0]
   steps = -(-num // chunk) if num else 1
+  chunk = -(-num // steps) if num else chunk  # as even as the steps allow: the least padding
   pad = steps * chunk - num
   rois = jnp.pad(rois, ((0, pad), (0, 0)))
   b = jnp.pad(b, (0, pad))
