@@ -419,22 +419,10 @@ def test_grid_only_gradients_equal_torch_autograd(mode, tmode, padding_mode, lar
   (``_grid_tangent``, no scatter), behind the conditional when large. The gradient with
   respect to the grid equals torch autograd's, and check_grads (fwd and rev) holds for the grid
   alone."""
-  from jaxops import _grid_sample
   rng = np.random.default_rng(31)
   x_shape, g_shape = ((2, 16, 30, 33), (2, 45, 48, 2)) if large else ((2, 3, 5, 6), (2, 4, 3, 2))
-  if large:
-    assert x_shape[0] * x_shape[1] * np.prod(g_shape[1:-1]) >= _grid_sample._MATERIALISE_MIN
-  x = rng.standard_normal(x_shape)
-  g = rng.uniform(-1.2, 1.2, g_shape)
-  ct = rng.standard_normal(x_shape[:2] + g_shape[1:-1])
-  tg = torch.tensor(g, requires_grad=True)
-  out = torch.nn.functional.grid_sample(torch.tensor(x), tg, mode=tmode,
-                                        padding_mode=padding_mode, align_corners=False)
-  out.backward(torch.tensor(ct))
-  f = lambda b: jaxops.grid_sample(x, b, mode=mode, padding_mode=padding_mode)  # noqa: E731
-  y, vjp = jax.vjp(f, g)
-  np.testing.assert_allclose(np.asarray(y), out.detach().numpy(), rtol=1e-10, atol=1e-12)
-  np.testing.assert_allclose(np.asarray(vjp(ct)[0]), tg.grad.numpy(), rtol=1e-9, atol=1e-9)
+  f = _check_grid_only_gradient(rng, x_shape, g_shape, large, mode=mode, tmode=tmode,
+                                padding_mode=padding_mode, align_corners=False)
   if not large:
     gi = _interior_grid(rng, (2, 2, 2), x_shape[2:], False)
     # order 2 where check_grads' finite differences are well conditioned: cubic's order-2
@@ -449,21 +437,34 @@ def test_grid_only_gradients_equal_torch_autograd(mode, tmode, padding_mode, lar
 def test_grid_only_3d_gradients_equal_torch_autograd(padding_mode, large):
   """Trilinear with ``x`` held constant: the grid-only tangent over three axes (eight taps per
   point), small and behind the conditional, against torch autograd's grid gradient."""
-  from jaxops import _grid_sample
   rng = np.random.default_rng(41)
   x_shape, g_shape = (((1, 8, 9, 12, 14), (1, 16, 16, 32, 3)) if large
                       else ((2, 3, 4, 5, 6), (2, 3, 2, 4, 3)))
+  _check_grid_only_gradient(rng, x_shape, g_shape, large, mode="linear", tmode="bilinear",
+                            padding_mode=padding_mode, align_corners=True)
+
+
+def _check_grid_only_gradient(rng, x_shape, g_shape, large, *, mode, tmode, padding_mode,
+                              align_corners):
+  """jaxops.grid_sample's value and gradient with respect to the grid alone (``x`` a constant)
+  against torch autograd's, for a random input, grid and cotangent; returns the function of
+  the grid. ``large``: enough samples for the CPU's conditional (asserted)."""
+  from jaxops import _grid_sample
   if large:
     assert x_shape[0] * x_shape[1] * np.prod(g_shape[1:-1]) >= _grid_sample._MATERIALISE_MIN
   x = rng.standard_normal(x_shape)
   g = rng.uniform(-1.2, 1.2, g_shape)
   ct = rng.standard_normal(x_shape[:2] + g_shape[1:-1])
   tg = torch.tensor(g, requires_grad=True)
-  out = torch.nn.functional.grid_sample(torch.tensor(x), tg, mode="bilinear",
-                                        padding_mode=padding_mode, align_corners=True)
+  out = torch.nn.functional.grid_sample(torch.tensor(x), tg, mode=tmode,
+                                        padding_mode=padding_mode, align_corners=align_corners)
   out.backward(torch.tensor(ct))
-  f = lambda b: jaxops.grid_sample(x, b, padding_mode=padding_mode,  # noqa: E731
-                                   align_corners=True)
+
+  def f(b):
+    return jaxops.grid_sample(x, b, mode=mode, padding_mode=padding_mode,
+                              align_corners=align_corners)
+
   y, vjp = jax.vjp(f, g)
   np.testing.assert_allclose(np.asarray(y), out.detach().numpy(), rtol=1e-10, atol=1e-12)
   np.testing.assert_allclose(np.asarray(vjp(ct)[0]), tg.grad.numpy(), rtol=1e-9, atol=1e-9)
+  return f
