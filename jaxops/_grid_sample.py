@@ -329,11 +329,16 @@ def _rows(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   XLA's CPU, when the gathers read materialised operands (see ``_materialised``). The taps
   enter as per-axis tables, combined in the gathers' loop: for r axes they take r * K values
   per point instead of K**r, which keeps a 3-D call's temporaries smaller."""
-  n, c, *spatial = x.shape
   index, weight, _ = _axis_tables(tuple(x.shape), g, cfg, cdt)
-  xt = jnp.moveaxis(x, 1, -1).astype(cdt).reshape(n, math.prod(spatial), c)
+  xt = _pixel_rows(x, cdt)
   return _gather_rows(functools.partial(_weighted_axis_rows, cdt), xt, *index,
                       *weight).transpose(0, 2, 1)
+
+
+def _pixel_rows(x: jax.Array, dtype: Any) -> jax.Array:
+  """``x`` (N, C, *S) as (N, P, C) of ``dtype``: one row of C contiguous values per pixel."""
+  return jnp.moveaxis(x, 1, -1).astype(dtype).reshape(x.shape[0], math.prod(x.shape[2:]),
+                                                     x.shape[1])
 
 
 def _weighted_axis_rows(cdt: Any, xt: jax.Array, *tables: jax.Array) -> jax.Array:
@@ -462,10 +467,9 @@ def _grid_tangent(x: jax.Array, g: jax.Array, tg: jax.Array, cfg: _Config,
   weighted by the tangents of the tap weights. Its transpose (the gradient with respect to the
   grid, e.g. a spatial transformer's theta with a fixed image) gathers again and reduces over
   the channels; nothing is scattered."""
-  n, c, *spatial = x.shape
   (flat, _, _), (_, tweight, _) = jax.jvp(
       lambda b: _tap_table(tuple(x.shape), b, cfg, cdt), (g,), (tg,))
-  xt = jnp.moveaxis(x, 1, -1).astype(cdt).reshape(n, math.prod(spatial), c)
+  xt = _pixel_rows(x, cdt)
   return _gather_rows(functools.partial(_weighted_axis_rows, cdt), xt, flat,
                       tweight).transpose(0, 2, 1)
 
@@ -487,7 +491,7 @@ def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
     out = jnp.where(bad[:, None, :], jnp.nan, out).astype(x.dtype)
     return out.reshape(n, c, *out_spatial)
   flat, weight, bad = _tap_table(tuple(x.shape), g, cfg, cdt)
-  xt = jnp.moveaxis(x, 1, -1).reshape(n, math.prod(spatial), c)   # (N, P, C): one row per pixel
+  xt = _pixel_rows(x, x.dtype)
 
   def nearest(xt: jax.Array, flat: jax.Array, weight: jax.Array) -> jax.Array:
     rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat[..., 0])
