@@ -429,10 +429,10 @@ def _tap_table(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _interpolate(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M) linear/cubic samples: row gathers for linear modes, per-plane gathers for cubic
-  ones (whose K**r blocks are larger than their per-plane taps) when not differentiated; under
-  jvp (and so under grad) the tangent is the block formulation's, whose transpose is the faster
-  one, or, where only the grid is differentiated, the row gathers' (``_grid_tangent``). Same
-  values."""
+  ones (whose K**r blocks are larger than their per-plane taps) when not differentiated. Under
+  jvp (and so under grad) the tangent is a sum of two parts, each present only when its input
+  varies: the grid's from row gathers that also give the samples (``_grid_jvp``), the input's
+  from the block formulation (or the planes), whose transpose is the faster scatter."""
   return _primal_path(cfg)(x, g, cfg, cdt)
 
 
@@ -441,37 +441,45 @@ def _primal_path(cfg: _Config) -> Any:
 
 
 def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any:
+  x, g = primals
   tx, tg = tangents
-  if isinstance(tx, SymbolicZero):  # only the grid varies: no tangent through x, no scatter
-    return (_primal_path(cfg)(*primals, cfg, cdt),
-            _grid_tangent(primals[0], primals[1], _instantiate(tg), cfg, cdt))
-  tangents = (tx, _instantiate(tg))
-  path = _blocks if _uses_blocks(cfg) else _planes
-  out, tangent = jax.jvp(lambda a, b: path(a, b, cfg, cdt), primals, tangents)
-  if _primal_path(cfg) is not path:
-    # the primal from the faster forward; under grad the block primal above is dead code
-    out = _primal_path(cfg)(*primals, cfg, cdt)
-  return out, tangent
+  if isinstance(tg, SymbolicZero):
+    out, tangent = _primal_path(cfg)(x, g, cfg, cdt), None
+  else:  # the grid's part: row gathers, no scatter
+    out, tangent = _grid_jvp(x, g, tg, cfg, cdt)
+  if not isinstance(tx, SymbolicZero):  # the input's part: its transpose scatters
+    path = _blocks if _uses_blocks(cfg) else _planes
+    tangent_x = jax.jvp(lambda a: path(a, g, cfg, cdt), (x,), (tx,))[1]
+    tangent = tangent_x if tangent is None else tangent + tangent_x
+  return out, jnp.zeros_like(out) if tangent is None else tangent
 
 
 _interpolate.defjvp(_interpolate_jvp, symbolic_zeros=True)
 
 
-def _instantiate(t: Any) -> Any:
-  return jnp.zeros(t.shape, t.dtype) if isinstance(t, SymbolicZero) else t
-
-
-def _grid_tangent(x: jax.Array, g: jax.Array, tg: jax.Array, cfg: _Config,
-                  cdt: Any) -> jax.Array:
-  """(N, C, M): the tangent of the samples when only the grid moves, the row gathers of ``x``
-  weighted by the tangents of the tap weights. Its transpose (the gradient with respect to the
-  grid, e.g. a spatial transformer's theta with a fixed image) gathers again and reduces over
-  the channels; nothing is scattered."""
-  (flat, _, _), (_, tweight, _) = jax.jvp(
-      lambda b: _tap_table(tuple(x.shape), b, cfg, cdt), (g,), (tg,))
+def _grid_jvp(x: jax.Array, g: jax.Array, tg: jax.Array, cfg: _Config,
+              cdt: Any) -> tuple[jax.Array, jax.Array]:
+  """(samples, their tangent with respect to the grid), both (N, C, M). Row gathers give the
+  samples and, per axis, their derivative with respect to that axis' coordinate (the same rows
+  weighted by the derivatives of that axis' tap weights); the tangent is those derivatives
+  times the grid's tangent. Its transpose (the gradient with respect to the grid, e.g. a
+  spatial transformer's theta) multiplies the cotangent by the derivatives and sums over the
+  channels: nothing is gathered again or scattered, and the residuals are r arrays of the
+  samples' size, not the K**r gathered rows. Each output is its own pass of gathers
+  (``_gather_rows``): XLA would keep rows shared between them in memory.
+  """
+  # Each axis' weights depend on its own coordinate alone, so one tangent of ones gives every
+  # axis' derivative.
+  (index, weight, _), (_, slope, _) = jax.jvp(
+      lambda b: _axis_tables(tuple(x.shape), b, cfg, cdt), (g,), (jnp.ones_like(g),))
   xt = _pixel_rows(x, cdt)
-  return _gather_rows(functools.partial(_weighted_axis_rows, cdt), xt, flat,
-                      tweight).transpose(0, 2, 1)
+  gather = functools.partial(_weighted_axis_rows, cdt)
+  out, *rates = [_gather_rows(gather, xt, *index, *ws).transpose(0, 2, 1)
+                 for ws in [weight] + [weight[:j] + [d] + weight[j + 1:]
+                                       for j, d in enumerate(slope)]]
+  # the tables run innermost axis first, as the grid's coordinates do
+  tangent = functools.reduce(operator.add, [d * tg[:, None, :, j] for j, d in enumerate(rates)])
+  return out, tangent
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
