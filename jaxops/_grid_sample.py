@@ -443,15 +443,16 @@ def _primal_path(cfg: _Config) -> Any:
 def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any:
   x, g = primals
   tx, tg = tangents
-  if isinstance(tg, SymbolicZero):
-    out, tangent = _primal_path(cfg)(x, g, cfg, cdt), None
-  else:  # the grid's part: row gathers, no scatter
-    out, tangent = _grid_jvp(x, g, tg, cfg, cdt)
-  if not isinstance(tx, SymbolicZero):  # the input's part: its transpose scatters
+
+  def x_part() -> jax.Array:  # the input's part: its transpose is the scatter
     path = _blocks if _uses_blocks(cfg) else _planes
-    tangent_x = jax.jvp(lambda a: path(a, g, cfg, cdt), (x,), (tx,))[1]
-    tangent = tangent_x if tangent is None else tangent + tangent_x
-  return out, jnp.zeros_like(out) if tangent is None else tangent
+    return jax.jvp(lambda a: path(a, g, cfg, cdt), (x,), (tx,))[1]
+
+  # JAX calls the rule only when some tangent is nonzero
+  if isinstance(tg, SymbolicZero):
+    return _primal_path(cfg)(x, g, cfg, cdt), x_part()
+  out, tangent = _grid_jvp(x, g, tg, cfg, cdt)  # the grid's part: row gathers, no scatter
+  return out, tangent if isinstance(tx, SymbolicZero) else tangent + x_part()
 
 
 _interpolate.defjvp(_interpolate_jvp, symbolic_zeros=True)

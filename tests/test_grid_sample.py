@@ -416,7 +416,7 @@ def test_materialised_row_gathers_equal_torch(mode, tmode, padding_mode, align_c
 @pytest.mark.parametrize("large", [False, True])
 def test_grid_only_gradients_equal_torch_autograd(mode, tmode, padding_mode, large):
   """With ``x`` held constant only the grid is differentiated: the tangent is the row gathers'
-  (``_grid_tangent``, no scatter), behind the conditional when large. The gradient with
+  (``_grid_jvp``, no scatter), behind the conditional when large. The gradient with
   respect to the grid equals torch autograd's, and check_grads (fwd and rev) holds for the grid
   alone."""
   rng = np.random.default_rng(31)
@@ -430,6 +430,32 @@ def test_grid_only_gradients_equal_torch_autograd(mode, tmode, padding_mode, lar
     # differences of the gradient to 1e-8
     smooth = mode == "linear" and padding_mode == "zeros"
     check_grads(f, (gi,), order=2 if smooth else 1, modes=("fwd", "rev"), eps=1e-4)
+
+
+@pytest.mark.parametrize("mode, tmode, padding_mode", [
+    ("linear", "bilinear", "zeros"), ("cubic", "bicubic", "border")])
+def test_input_only_and_joint_gradients_equal_torch_autograd(mode, tmode, padding_mode):
+  """The two parts of the tangent on their own and together, behind the CPU's conditional:
+  with the grid constant only the input's part (the blocks' scatter) runs; with both varying
+  the grid's part (row gathers) is added to it. Both gradients against torch autograd's."""
+  from jaxops import _grid_sample
+  rng = np.random.default_rng(43)
+  x = rng.standard_normal((2, 16, 30, 33))
+  g = rng.uniform(-1.2, 1.2, (2, 45, 48, 2))
+  assert 2 * 16 * 45 * 48 >= _grid_sample._MATERIALISE_MIN
+  ct = rng.standard_normal((2, 16, 45, 48))
+  tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(g, requires_grad=True)
+  torch.nn.functional.grid_sample(tx, tg, mode=tmode, padding_mode=padding_mode,
+                                  align_corners=False).backward(torch.tensor(ct))
+
+  def f(a, b):
+    return jaxops.grid_sample(a, b, mode=mode, padding_mode=padding_mode)
+
+  dx_only = jax.vjp(lambda a: f(a, g), x)[1](ct)[0]
+  np.testing.assert_allclose(np.asarray(dx_only), tx.grad.numpy(), rtol=1e-9, atol=1e-9)
+  dx, dg = jax.vjp(f, x, g)[1](ct)
+  np.testing.assert_allclose(np.asarray(dx), tx.grad.numpy(), rtol=1e-9, atol=1e-9)
+  np.testing.assert_allclose(np.asarray(dg), tg.grad.numpy(), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
