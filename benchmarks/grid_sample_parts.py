@@ -13,12 +13,13 @@ padding, float32), in one process, each system in its own phase (torch first):
 
 * torch: ``grid_sample`` forward and ``backward()`` (the benchmark's peer);
 * jaxops: ``jax.grad`` of the sum of squares with respect to x and the grid (the benchmark's
-  row);
-* the parts of that work as bare XLA ops, with their operands already in memory (so no
-  page faults of their own for inputs): the scatter-add of every tap's weighted cotangent row
-  into a channels-last image (the gradient with respect to x, 4 taps x 131072 points x 32
-  channels), and the gather of every tap's row with its dot product with the cotangent (the
-  gradient with respect to the tap weights, hence the grid);
+  row), and the same with respect to each alone: x alone is the input's part of the tangent
+  (its transpose the blocks' scatter-add), the grid alone is the grid's part (three passes of
+  row gathers for the samples and their two per-axis derivatives, then a multiply and a channel
+  sum); the joint gradient runs both;
+* the scatter-add of every tap's weighted cotangent row into a channels-last image as a bare
+  XLA op, its operands already in memory (so no page faults of their own for inputs): the floor
+  of the x part in XLA's general scatter (4 taps x 131072 points x 32 channels);
 * the minor page faults per call of the jaxops row (``getrusage``), which glibc's default
   allocator adds to every call whose temporaries it maps afresh.
 
@@ -89,11 +90,15 @@ def main(argv: list[str] | None = None) -> None:
     y = torch.nn.functional.grid_sample(tx, tg, align_corners=False)
     return torch.autograd.grad((y * y).sum(), (tx, tg))
 
-  grad = jax.jit(jax.grad(lambda a, b: jnp.sum(jnp.square(jaxops.grid_sample(a, b))),
-                          argnums=(0, 1)))
+  def loss(a: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.sum(jnp.square(jaxops.grid_sample(a, b)))
+
+  grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+  grad_x = jax.jit(jax.grad(loss, argnums=0))
+  grad_g = jax.jit(jax.grad(loss, argnums=1))
   xd, gd = jax.device_put(x), jax.device_put(g)
 
-  # the operands of the two parts, computed once: each tap's flat pixel index, weight, and the
+  # the scatter's operands, computed once: each tap's flat pixel index and the weighted
   # cotangent rows (channels-last)
   cfg = _grid_sample._Config(_grid_sample.Mode.LINEAR, _grid_sample.PaddingMode.ZEROS, False)
   flat, weight, _ = jax.jit(lambda b: _grid_sample._tap_table(
@@ -102,7 +107,6 @@ def main(argv: list[str] | None = None) -> None:
   index = [jax.device_put((flat[..., t] + base).reshape(-1)) for t in range(4)]
   ct = jax.device_put(rng.standard_normal((n * h * w, c), dtype=np.float32))
   rows_of = [jax.device_put((weight[..., t].reshape(-1, 1) * ct)) for t in range(4)]
-  xt = jax.device_put(np.moveaxis(x, 1, -1).reshape(n * h * w, c))
 
   @jax.jit
   def scatter(index: list[jax.Array], rows: list[jax.Array]) -> jax.Array:
@@ -111,17 +115,12 @@ def main(argv: list[str] | None = None) -> None:
       out = out.at[i].add(r, mode="promise_in_bounds")
     return out
 
-  @jax.jit
-  def gather_dot(xt: jax.Array, index: list[jax.Array], ct: jax.Array) -> jax.Array:
-    return jnp.stack([jnp.sum(xt.at[i].get(mode="promise_in_bounds") * ct, -1)
-                      for i in index], -1)
-
   systems = {
       "torch forward + backward": torch_bwd,
       "jaxops jax.grad (x, grid)": lambda: jax.block_until_ready(grad(xd, gd)),
+      "jaxops jax.grad, x alone": lambda: grad_x(xd, gd).block_until_ready(),
+      "jaxops jax.grad, grid alone": lambda: grad_g(xd, gd).block_until_ready(),
       "XLA scatter-add of the x cotangent": lambda: scatter(index, rows_of).block_until_ready(),
-      "XLA gather + dot for the grid cotangent":
-          lambda: gather_dot(xt, index, ct).block_until_ready(),
   }
   # each system in its own phase, torch first: a system that faults heavily leaves glibc's heap
   # in a state that changes the next system's page faults, so interleaving would mix them
