@@ -87,7 +87,9 @@ def _round(exact: list[list[Fraction]], dtype) -> np.ndarray:
 class IntegerTiesTest(chex.TestCase):
   """Exact halves round half to even, whatever the float64/float32 tables make of them."""
 
-  @chex.variants(with_jit=True, without_jit=True)
+  # jitted only: op by op the same computations compile again (the eager path is the
+  # hand-derived case's below)
+  @chex.variants(with_jit=True)
   def test_exact_halves_round_half_to_even(self):
     ties = 0
     # int32 computes in float64 with x64 and in float32 without; uint8 in float32.
