@@ -18,9 +18,11 @@ $(VENV)/.installed-%: pyproject.toml | $(PY)
 demo: $(VENV)/.installed-examples
 	$(PY) examples/quickstart.py
 
-# pytest exits 5 when it collects nothing: that is a failure here, never a pass.
+# pytest exits 5 when it collects nothing: that is a failure here, never a pass. worksteal:
+# a worker that runs out of tests takes some of the other's, so a slow sweep near the end does
+# not leave a core idle.
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -n $(JOBS) -q
+	$(PY) -m pytest -n $(JOBS) --dist worksteal -q
 
 bench: $(VENV)/.installed-bench
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
