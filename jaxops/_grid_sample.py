@@ -330,7 +330,13 @@ def _rows(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   enter as per-axis tables, combined in the gathers' loop: for r axes they take r * K values
   per point instead of K**r, which keeps a 3-D call's temporaries smaller."""
   index, weight, _ = _axis_tables(tuple(x.shape), g, cfg, cdt)
-  xt = _pixel_rows(x, cdt)
+  return _samples(cdt, _pixel_rows(x, cdt), index, weight)
+
+
+def _samples(cdt: Any, xt: jax.Array, index: list[jax.Array],
+             weight: list[jax.Array]) -> jax.Array:
+  """(N, C, M): the row gathers of channels-last ``xt`` (N, P, C) at the per-axis tables
+  ``index`` and ``weight`` (``_axis_tables``), as the samples' channels-first layout."""
   return _gather_rows(functools.partial(_weighted_axis_rows, cdt), xt, *index,
                       *weight).transpose(0, 2, 1)
 
@@ -474,8 +480,7 @@ def _grid_jvp(x: jax.Array, g: jax.Array, tg: jax.Array, cfg: _Config,
   (index, weight, _), (_, slope, _) = jax.jvp(
       lambda b: _axis_tables(tuple(x.shape), b, cfg, cdt), (g,), (jnp.ones_like(g),))
   xt = _pixel_rows(x, cdt)
-  gather = functools.partial(_weighted_axis_rows, cdt)
-  out, *rates = [_gather_rows(gather, xt, *index, *ws).transpose(0, 2, 1)
+  out, *rates = [_samples(cdt, xt, index, ws)
                  for ws in [weight] + [weight[:j] + [d] + weight[j + 1:]
                                        for j, d in enumerate(slope)]]
   # the tables run innermost axis first, as the grid's coordinates do

@@ -7,8 +7,9 @@ Set JAXOPS_ALLOW_MISSING_ORACLES=1 to run what can run anyway.
 
 Most of the suite's time is XLA compiling thousands of small programs, and most of that is
 LLVM optimising the generated code. The tests set ``--xla_backend_optimization_level=0`` (before
-JAX starts its CPU backend; subprocesses inherit it), which compiles about 40% faster and leaves
-the HLO, and so every fusion, conditional and collective the tests inspect, as it is. Set
+JAX starts its CPU backend; subprocesses inherit it): the unpool sweep's compile time fell by
+about 40% and a mixed subset of the suite ran 26% faster, while the HLO, and so every fusion,
+conditional and collective the tests inspect, stays as it is. Set
 JAXOPS_TEST_XLA_OPT=1 to run the suite at XLA's default level, as a user's code compiles; both
 pass.
 """
