@@ -1483,7 +1483,9 @@ def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, ker
   static = (name, nd, x.shape, i.shape, kernel_size, stride, padding, output_size)
   cfg = _UNPOOL(_checks.cache_key(*static), *static)
   plane = math.prod(cfg.out[len(cfg.out) - nd:])
-  if math.prod(cfg.out) and not _checks.is_traced(i) and bool(_bad_index(i, plane)):
+  # a concrete array closed over by the caller's jit still gives a traced check there
+  bad_index = None if _checks.is_traced(i) or not math.prod(cfg.out) else _bad_index(i, plane)
+  if bad_index is not None and not _checks.is_traced(bad_index) and bool(bad_index):
     flat = np.asarray(i).reshape(-1)
     bad = int(flat[(flat < 0) | (flat >= plane)][0])
     raise ValueError(f"{op}: argument `indices` must hold indices in [0, {plane}), the size "

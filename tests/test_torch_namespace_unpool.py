@@ -303,6 +303,25 @@ def test_max_unpool_out_of_range_indices():
   np.testing.assert_array_equal(got, want)
 
 
+def test_max_unpool_indices_closed_over_by_jit():
+  """Indices that are a concrete array closed over by the caller's jit (not an argument of it):
+  the range check runs traced there, so it cannot raise, and the call works (it raised
+  TracerBoolConversionError). Values and gradient against torch."""
+  rng = np.random.default_rng(5)
+  x = torch.tensor(rng.standard_normal((2, 3, 8, 6)))
+  y, i = TF.max_pool2d(x, 2, 2, return_indices=True)
+  y.requires_grad_()
+  with _one_torch_thread():
+    u = TF.max_unpool2d(y, i, 2, 2)
+  g = rng.standard_normal(u.shape)
+  u.backward(torch.tensor(g))
+  ji = jnp.asarray(i.numpy())
+  got = jax.jit(lambda v: F.max_unpool2d(v, ji, 2, 2))(y.detach().numpy())
+  np.testing.assert_array_equal(got, u.detach().numpy())
+  grad = jax.jit(jax.grad(lambda v: jnp.sum(F.max_unpool2d(v, ji, 2, 2) * g)))
+  np.testing.assert_allclose(grad(y.detach().numpy()), y.grad.numpy(), **GRAD_TOL)
+
+
 # --- adaptive_max_pool --------------------------------------------------------------------------
 
 
