@@ -801,8 +801,9 @@ def _last_writers(flat: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
 def _unpool_scatter(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
   """One write per kept element: linear in x (a set, so that a zero keeps its sign)."""
   size = math.prod(plan.default)
-  y = jnp.zeros((size + 1,), x.dtype).at[_unpool_targets(indices, plan)].set(
-      x.reshape(-1), mode="drop", unique_indices=False)[:size]
+  # a target of ``size`` is past the output and dropped; no slot for it, so no copy of a slice
+  y = jnp.zeros((size,), x.dtype).at[_unpool_targets(indices, plan)].set(
+      x.reshape(-1), mode="drop", unique_indices=False)
   return y.reshape(plan.default)
 
 
@@ -810,5 +811,5 @@ def _scatter_add(t: jax.Array, target: jax.Array, plan: _UnpoolPlan) -> jax.Arra
   """``t`` added at ``target`` (positions no two share, or the slot ``size`` past the output):
   ``_unpool_scatter``'s values but the sign of zeros, and its transpose is a gather."""
   size = math.prod(plan.default)
-  y = jnp.zeros((size + 1,), t.dtype).at[target].add(t.reshape(-1), mode="drop")[:size]
+  y = jnp.zeros((size,), t.dtype).at[target].add(t.reshape(-1), mode="drop")
   return y.reshape(plan.default)
