@@ -347,9 +347,14 @@ def _gather_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> 
   Its transpose (the backward pass) is one scatter-add of the cotangent into each plane: one
   write per output element, where ``_select_taps`` writes the whole input once per tap. Within
   a plane, so that batch- or channel-sharded inputs need no collectives.
+
+  XLA's CPU code spells the indices of a gather batched over the leading axes out, one
+  coordinate per axis, in the indices' type: int16 where every coordinate fits (the ResNet
+  stem's backward, 3x3 s2 p1 on 8x64x112x112, keeps 17 MiB of temporaries instead of 26).
   """
   lead = t.ndim - len(axes)
-  index = _plane_index(arg, axes, t.shape[lead:], 0, np.dtype(np.int32))
+  small = max(t.shape[:lead] + (math.prod(t.shape[lead:]),), default=1) <= np.iinfo(np.int16).max
+  index = _plane_index(arg, axes, t.shape[lead:], 0, np.dtype(np.int16 if small else np.int32))
   flat = t.reshape(t.shape[:lead] + (-1,))
   taken = jnp.take_along_axis(flat, index.reshape(index.shape[:lead] + (-1,)), axis=-1,
                               mode="promise_in_bounds")
@@ -440,6 +445,10 @@ def _plane_index(arg: jax.Array, axes: tuple[WindowAxis, ...], spatial: tuple[in
   for a, st in zip(axes, step):
     offsets = np.add.outer(offsets, np.arange(a.kernel) * a.dilation * st)
   offsets = offsets.reshape(-1)
+  info = np.iinfo(dtype)
+  if base.size and (min(base.min(), offsets.min()) < info.min
+                    or max(base.max(), offsets.max()) > info.max):
+    dtype = np.dtype(np.int32)  # a table past a small dtype (large dilations or padding)
   if len(offsets) <= 32:
     off = jnp.zeros(arg.shape, dtype)
     for n, value in enumerate(offsets):
