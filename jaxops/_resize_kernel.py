@@ -75,20 +75,31 @@ _OP = "jaxops.resize"
 
 
 def _strided_taps(x: jax.Array, o: int, b: int, count: int) -> jax.Array:
-  """``x[..., clip(b*q + o, 0, n - 1)]`` for ``q < count``: strided slices and edge repeats."""
+  """``x[..., clip(b*q + o, 0, n - 1)]`` for ``q < count``: strided slices and edge repeats.
+
+  The repeats are selected over a zero-padded slice (a pad, an iota compare and a select), not
+  concatenated to it: XLA's CPU fusion never fuses a concatenation along the minor axis, so a
+  concatenation would materialise every clamped tap as an array of its own (linear 2x up on
+  8x3x256x256: two 6 MiB copies; 4.7 ms against 8.3 with the select, same process).
+  """
   n = x.shape[-1]
   src = b * np.arange(count) + o
   n_lo = int(np.count_nonzero(src < 0))
   n_hi = int(np.count_nonzero(src > n - 1))
-  parts = []
-  if n_lo:
-    parts.append(jnp.broadcast_to(x[..., :1], x.shape[:-1] + (n_lo,)))
-  if count - n_lo - n_hi > 0:
-    start = b * n_lo + o
-    parts.append(lax.slice_in_dim(x, start, b * (count - n_hi - 1) + o + 1, b, axis=x.ndim - 1))
-  if n_hi:
-    parts.append(jnp.broadcast_to(x[..., -1:], x.shape[:-1] + (n_hi,)))
-  return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=x.ndim - 1)
+  minor = x.ndim - 1
+  if count - n_lo - n_hi <= 0:  # every tap clamped (an input shorter than the taps' reach)
+    return jnp.concatenate([jnp.broadcast_to(x[..., :1], x.shape[:-1] + (n_lo,)),
+                            jnp.broadcast_to(x[..., -1:], x.shape[:-1] + (count - n_lo,))],
+                           axis=minor)
+  y = lax.slice_in_dim(x, b * n_lo + o, b * (count - n_hi - 1) + o + 1, b, axis=minor)
+  if n_lo or n_hi:
+    y = lax.pad(y, np.zeros((), x.dtype), [(0, 0, 0)] * minor + [(n_lo, n_hi, 0)])
+    q = lax.broadcasted_iota(np.int32, y.shape, minor)
+    if n_lo:
+      y = jnp.where(q < n_lo, x[..., :1], y)
+    if n_hi:
+      y = jnp.where(q >= count - n_hi, x[..., -1:], y)
+  return y
 
 
 def _phase_sum(x: jax.Array, t: Table, ph: Phases, barrier: bool) -> jax.Array:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from jaxops import _taps_table
+from jaxops import _resize_kernel, _taps_table
 from jaxops._resize_kernel import _grad_plan, apply_separable, apply_taps, pass_order
 
 # Per-dtype tolerance (relative to the largest |weight| * |x| sum), in one place.
@@ -153,6 +153,17 @@ def test_gradient_of_a_chain_past_the_mmap_threshold():
   back = _oracle(_oracle(ct, 2, *_transposed(idx, w, 256)), 3, *_transposed(idx, w, 256))
   np.testing.assert_allclose(np.asarray(vjp(ct.astype(np.float32))[0]), back, rtol=1e-4,
                              atol=1e-4)
+
+
+@pytest.mark.parametrize("o,b,count", [(-2, 1, 9), (0, 2, 6), (3, 1, 6), (-3, 2, 5), (7, 1, 3),
+                                       (-9, 1, 3), (-2, 3, 4)])
+def test_strided_taps_clamp_at_both_edges(o, b, count):
+  # x[..., clip(b*q + o, 0, n - 1)] by NumPy indexing: edge repeats on one side, both sides,
+  # or on every tap (an input shorter than the taps' reach).
+  x = np.arange(2 * 7, dtype=np.float32).reshape(2, 7)
+  want = x[:, np.clip(b * np.arange(count) + o, 0, 6)]
+  got = jax.jit(lambda v: _resize_kernel._strided_taps(v, o, b, count))(x)
+  np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def _transposed(idx: np.ndarray, w: np.ndarray, n_in: int) -> tuple:
