@@ -449,7 +449,8 @@ def _grad_plan(shape: tuple[int, ...], dtype: Any, passes: Sequence[tuple[int, A
   sizes = []
   for i in order:
     axis, idx, w = passes[i]
-    if _live(cur[axis], idx, w)[0] != 2 or np.shape(idx)[0] < cur[axis]:
+    live = _live(cur[axis], idx, w)[0]
+    if live != 2 or not _cheap_upsampling(cur[axis], idx, live):
       return "phases"
     cur[axis] = np.shape(idx)[0]
     sizes.append(math.prod(cur) * np.dtype(compute_dtype(dtype)).itemsize)
