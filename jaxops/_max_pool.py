@@ -788,9 +788,10 @@ def _unpool_windows(x: jax.Array, indices: jax.Array,
 
 
 def _unpool_targets(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  """Each element's flat output position, or ``size`` (a slot past the output) where it is
-  dropped: out of range, or overwritten by a later element naming the same position (the
-  reference loop's assignment order). No two kept elements share a position."""
+  """Each element's flat output position, or ``size`` (past the output, so that the scatter
+  drops it) where it is dropped: out of range, or overwritten by a later element naming the
+  same position (the reference loop's assignment order). No two kept elements share a
+  position."""
   size = math.prod(plan.default)
   flat_i = indices.reshape(-1)
   flat_i = jnp.where((flat_i >= 0) & (flat_i < size), flat_i, size)  # out of range: dropped
@@ -817,7 +818,7 @@ def _unpool_scatter(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.
 
 
 def _scatter_add(t: jax.Array, target: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  """``t`` added at ``target`` (positions no two share, or the slot ``size`` past the output):
+  """``t`` added at ``target`` (positions no two share, or ``size``, past the output: dropped):
   ``_unpool_scatter``'s values but the sign of zeros, and its transpose is a gather."""
   size = math.prod(plan.default)
   y = jnp.zeros((size,), t.dtype).at[target].add(t.reshape(-1), mode="drop")

@@ -484,9 +484,9 @@ def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]])
           for a, _, _ in passes]
   if len(set(axes)) != len(axes):
     raise value_error(_OP, "passes", axes, "passes on distinct axes")
-  order = pass_order(x.shape, [(a, np.asarray(idx), w) for a, (_, idx, w) in zip(axes, passes)])
-  plan = _grad_plan(x.shape, x.dtype, [(a, idx, w) for a, (_, idx, w) in zip(axes, passes)],
-                    order)
+  normal = [(a, np.asarray(idx), w) for a, (_, idx, w) in zip(axes, passes)]
+  order = pass_order(x.shape, normal)
+  plan = _grad_plan(x.shape, x.dtype, normal, order)
   for n, i in enumerate(order):
     axis, idx, w = passes[i]
     # A barrier after a pass pays one copy to save the next pass from recomputing this one's
@@ -496,10 +496,13 @@ def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]])
     # than the input (trilinear 2x on 2x4x32x64x64: 22 ms against 49, temporaries 8 MiB
     # against 32, the size at which glibc maps a call's block afresh).
     k_this, kt_this = _live(x.shape[axis], idx, w)
-    fwd = n < len(order) - 1 and k_this > 1 and _live(0, *passes[order[n + 1]][1:])[0] > 1
-    if fwd and _cheap_upsampling(x.shape[axis], idx, k_this):
+    fwd = False
+    if n < len(order) - 1:
       nxt_axis, nxt_idx, nxt_w = passes[order[n + 1]]
-      fwd = not _cheap_upsampling(x.shape[nxt_axis], nxt_idx, _live(0, nxt_idx, nxt_w)[0])
+      k_next = _live(0, nxt_idx, nxt_w)[0]
+      fwd = k_this > 1 and k_next > 1 and not (
+          _cheap_upsampling(x.shape[axis], idx, k_this)
+          and _cheap_upsampling(x.shape[nxt_axis], nxt_idx, k_next))
     bwd = n > 0 and kt_this > 1 and _live(-1, *passes[order[n - 1]][1:])[1] > 1
     x = apply_taps(x, axis, idx, w, barrier=(bool(fwd), bool(bwd)), plan=plan)
   return x
