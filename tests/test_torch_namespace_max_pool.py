@@ -106,3 +106,28 @@ def test_window_of_padding_only_deviation_is_pinned():
   assert y.item() == -np.inf and i.item() == 1
   with pytest.raises(ValueError, match="covers no input element"):
     F.max_pool1d(np.array([[[3.0]]]), 2, 1, 1, 2, return_indices=True)
+
+
+@pytest.mark.parametrize("shape, kw", [
+    ((1, 1, 3), dict(kernel_size=3, stride=3, dilation=2)),          # taps 0, 2 and 4 (past)
+    ((2, 1, 1, 1), dict(kernel_size=2)),                            # a 1-pixel image
+    ((1, 2, 6, 7, 2), dict(kernel_size=2, stride=(3, 2, 3), dilation=(1, 2, 2))),
+    ((2, 2, 8, 5, 4), dict(kernel_size=(3, 4, 3), stride=3, padding=(1, 0, 0),
+                           dilation=(1, 2, 1))),
+])
+def test_ceil_mode_window_past_the_padded_input_matches_torch(shape, kw):
+  """With ceil_mode torch keeps a last window that reaches past the padded input and takes its
+  maximum over the taps inside; jaxops.max_pool rejects such a window as ONNX pooling, and
+  jaxops.torch follows torch (found by a random sweep beyond the one above)."""
+  x = np.random.default_rng(len(shape)).standard_normal(shape)
+  nd = len(shape) - 2
+  fn, tfn = getattr(F, f"max_pool{nd}d"), getattr(TF, f"max_pool{nd}d")
+  xt = torch.tensor(x, requires_grad=True)
+  ty, ti = tfn(xt, ceil_mode=True, return_indices=True, **kw)
+  w = np.cos(np.arange(ty.numel())).reshape(tuple(ty.shape))
+  (ty * torch.tensor(w)).sum().backward()
+  y, i = fn(x, ceil_mode=True, return_indices=True, **kw)
+  np.testing.assert_array_equal(np.asarray(y), ty.detach().numpy())
+  np.testing.assert_array_equal(np.asarray(i), ti.numpy())
+  g = jax.grad(lambda v: jnp.sum(fn(v, ceil_mode=True, **kw) * w))(x)
+  np.testing.assert_array_equal(np.asarray(g), xt.grad.numpy())

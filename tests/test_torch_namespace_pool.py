@@ -217,3 +217,29 @@ def test_lp_pool_matches_torch(nd):
       kw["stride"] = _spatial_arg(rng, [int(v) for v in rng.integers(1, 4, nd)], nd)
     cases.append((rng.uniform(0.1, 2.0, shape), args, kw))
   _check_all(name, cases, rng)
+
+
+@pytest.mark.parametrize("name, args, kw", [
+    ("avg_pool2d", ((2, 2), (2, 3)), dict(count_include_pad=True)),
+    ("avg_pool2d", ((2, 2), (2, 3)), dict(count_include_pad=False)),
+    ("avg_pool2d", ((2, 3), (2, 3), (0, 1)), dict(divisor_override=3)),
+    ("avg_pool1d", (4, 3, 2), dict(count_include_pad=True)),
+    ("lp_pool2d", (3.0, (2, 2), (2, 3)), {}),
+    ("lp_pool2d", (2.0, 2), {}),
+])
+def test_ceil_mode_window_past_the_padded_input_matches_torch(name, args, kw):
+  """torch's ceil_mode keeps a last window that reaches past the padded input (kernel 2 on a
+  1-row image): its average divides by what torch counts, the input and its padding. jaxops'
+  average_pool rejects such a window as ONNX pooling; jaxops.torch follows torch (found by a
+  random sweep beyond the ones above)."""
+  shape = (2, 2, 1, 7) if name.endswith("2d") else (2, 2, 3)
+  x = np.random.default_rng(7).uniform(0.1, 2.0, shape)
+  fn, tfn = getattr(F, name), getattr(TF, name)
+  xt = torch.tensor(x, requires_grad=True)
+  ty = tfn(xt, *args, ceil_mode=True, **kw)
+  w = np.cos(np.arange(ty.numel())).reshape(tuple(ty.shape))
+  (ty * torch.tensor(w)).sum().backward()
+  np.testing.assert_allclose(np.asarray(fn(x, *args, ceil_mode=True, **kw)), ty.detach().numpy(),
+                             rtol=1e-12, atol=1e-12)
+  g = jax.grad(lambda v: jnp.sum(fn(v, *args, ceil_mode=True, **kw) * w))(x)
+  np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
