@@ -95,11 +95,6 @@ def _axis(op: str, n: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: 
           axis: int) -> WindowAxis:
   """Output length of one axis with explicit pads, as the spec text defines it."""
   ext = d * (k - 1) + 1
-  if ext > n + pb + pe:
-    raise ValueError(
-        f"{op}: the window along spatial axis {axis} spans {ext} elements (kernel_shape {k}, "
-        f"dilation {d}) but the padded input has only {n + pb + pe} ({n} + pads {pb} + {pe}); "
-        f"the window must fit in the padded input")
   span = n + pb + pe - ext
   if ceil_mode:
     out = -(-span // s) + 1
@@ -109,6 +104,14 @@ def _axis(op: str, n: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: 
       out -= 1
   else:
     out = span // s + 1
+  # With ceil_mode the spec's length keeps one window that is longer than the padded input
+  # (input 3, kernel 3, dilation 2, stride 3: one window reading 0 and 2), as onnx.reference,
+  # onnxruntime and PyTorch compute it; without, such a window gives no output.
+  if out < 1:
+    raise ValueError(
+        f"{op}: the window along spatial axis {axis} spans {ext} elements (kernel_shape {k}, "
+        f"dilation {d}) but the padded input has only {n + pb + pe} ({n} + pads {pb} + {pe}); "
+        f"the window must fit in the padded input (with ceil_mode, start inside it)")
   return WindowAxis(n, k, s, d, pb, pe, out)
 
 
@@ -131,8 +134,9 @@ def window_plan(op: str, shape: tuple[int, ...], kernel_shape: Any, strides: Any
   Raises:
     TypeError: a shape argument is traced or not a sequence of integers.
     ValueError: wrong lengths; kernel_shape, strides or dilations below 1; negative pads, pads
-      at least the kernel, pads with auto_pad; an unknown auto_pad; a window larger than the
-      padded input; ``x`` with fewer axes than the kernel.
+      at least the kernel, pads with auto_pad; an unknown auto_pad; no window (one larger
+      than the padded input, unless ceil_mode keeps it); ``x`` with fewer axes than the
+      kernel.
   """
   kernel = int_tuple(op, "kernel_shape", kernel_shape)
   nd = len(kernel)

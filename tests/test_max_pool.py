@@ -515,3 +515,39 @@ def test_deviation_global_max_pool_reference_axes():
   x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
   np.testing.assert_array_equal(Backend.run_model(model, [x])[0], [[[2], [5]]])
   assert ReferenceEvaluator(model).run(None, {"x": x})[0].shape != (1, 2, 1)
+
+
+@pytest.mark.parametrize("op, extra", [("MaxPool", {}), ("AveragePool", {"count_include_pad": 0}),
+                                       ("AveragePool", {"count_include_pad": 1}),
+                                       ("LpPool", {"p": 2})])
+@pytest.mark.parametrize("shape, attrs", [
+    ([1, 2, 3], dict(kernel_shape=[3], strides=[3], dilations=[2])),    # one window: 0 and 2
+    ([2, 1, 1, 7], dict(kernel_shape=[2, 2], strides=[2, 3])),           # kernel 2 on one row
+    ([1, 2, 2, 4], dict(kernel_shape=[2, 3], strides=[2, 3], dilations=[1, 2])),
+])
+def test_ceil_mode_window_longer_than_the_padded_input(op, extra, shape, attrs):
+  """With ceil_mode the spec's output length keeps one window longer than the padded input;
+  onnx.reference and onnxruntime compute it over the elements it covers, and so does jaxops
+  (it raised before; found by a random sweep against torch). onnx.reference is an oracle for
+  MaxPool only here: it splits an extension of 2 or more over both ends for AveragePool
+  (docs/DEVIATIONS.md, AveragePool 1) and scales LpPool's window by the whole kernel (LpPool
+  1)."""
+  attrs = dict(attrs, ceil_mode=1, **extra)
+  if op == "AveragePool" and "dilations" in attrs:  # the same span, undilated
+    attrs["kernel_shape"] = [d * (k - 1) + 1 for k, d in zip(attrs["kernel_shape"],
+                                                             attrs.pop("dilations"))]
+  node = helper.make_node(op, ["x"], ["y"], **attrs)
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [f"y{i}" for i in range(len(shape))])]),
+      opset_imports=[helper.make_opsetid("", 22)])
+  model.ir_version = 10
+  x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+  got = Backend.run_model(model, [x])[0]
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  want = sess.run(None, {"x": x})[0]
+  assert want.size and got.shape == want.shape
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  if op == "MaxPool":
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-6,
+                               atol=1e-7)
