@@ -62,10 +62,7 @@ from jax.typing import ArrayLike
 
 import jaxops
 from jaxops import _checks
-from jaxops import _max_pool as _max_op
-from jaxops import _pool as _avg_op
 from jaxops import _resize_kernel
-from jaxops._window import WindowAxis
 
 __all__ = [
     "interpolate",
@@ -615,7 +612,11 @@ def _pool_arg(op: str, arg: str, value: Any, nd: int, *, allow_empty: bool = Fal
 
 @dataclasses.dataclass(frozen=True)
 class _AvgPool:
-  plan: Any      # jaxops.average_pool's plan, with torch's output lengths
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
+  ceil_mode: bool
+  count_include_pad: bool
   rescale: Any   # None, or a static table (nested tuples) that turns the mean into sum/override
 
 
@@ -654,8 +655,13 @@ def _avg_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
                      f"3-D pooling needs each unpadded axis at least the kernel)")
   outs, counts = [], []
   for n, kv, sv, pv in zip(spatial, k, s, p):
-    o = _torch_out_len(op, spatial, n, kv, sv, pv, 1, ceil_mode, f"kernel_size {k}, stride {s}, "
-                       f"padding {p}")
+    span = n + 2 * pv - kv
+    o = (span + (sv - 1 if ceil_mode else 0)) // sv + 1
+    if ceil_mode and (o - 1) * sv >= n + pv:
+      o -= 1
+    if o < 1:
+      raise ValueError(f"{op}: Given input size {tuple(spatial)}, the calculated output size "
+                       f"is too small (kernel_size {k}, stride {s}, padding {p})")
     outs.append(o)
     start = np.arange(o) * sv - pv
     end = np.minimum(start + kv, n + pv)
@@ -670,35 +676,7 @@ def _avg_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
       table = np.multiply.outer(table, c.astype(np.float64))
     rescale = (table / int(divisor_override)).tolist()
     rescale = _freeze(rescale)
-  axes = _torch_axes(spatial, k, s, p, (1,) * nd, outs)
-  plan = _avg_op._AveragePlan(axes, tuple(_avg_op._counts(a, cip, i) for i, a in enumerate(axes)))
-  return _AvgPool(plan, rescale)
-
-
-def _torch_out_len(op: str, spatial: tuple[int, ...], n: int, k: int, s: int, p: int, d: int,
-                   ceil_mode: bool, what: str) -> int:
-  """torch's pooled length of one axis (ceil_mode drops a last window that would start in the
-  right padding), or its "output size is too small" error."""
-  o = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
-  if ceil_mode and (o - 1) * s >= n + p:
-    o -= 1
-  if o < 1:
-    raise ValueError(f"{op}: Given input size {tuple(spatial)}, the calculated output size is "
-                     f"too small ({what})")
-  return o
-
-
-def _torch_axes(spatial: tuple[int, ...], k: tuple[int, ...], s: tuple[int, ...],
-                p: tuple[int, ...], d: tuple[int, ...], outs: list[int]
-                ) -> tuple[WindowAxis, ...]:
-  """The window plans of torch's pooling: its output lengths, built directly rather than by
-  the ONNX operators' argument checks. With ceil_mode torch keeps a last window that reaches
-  past the padded input (max_pool1d on 3 elements, kernel 3, dilation 2: one window reading
-  elements 0 and 2), which jaxops.max_pool and average_pool reject as ONNX pooling; such a
-  window reads its taps inside the input, and the divisor of the average counts what torch
-  counts (the input and its padding)."""
-  return tuple(WindowAxis(n, kv, sv, dv, pv, pv, o)
-               for n, kv, sv, pv, dv, o in zip(spatial, k, s, p, d, outs))
+  return _AvgPool(k, s, p, ceil_mode, cip, rescale)
 
 
 def _freeze(v: Any) -> Any:
@@ -710,7 +688,8 @@ _AVG = _checks.ConfigCache(_avg_config)
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _avg_jit(x: jax.Array, cfg: _AvgPool) -> jax.Array:
-  y = _avg_op._average_pool(x, cfg.plan)
+  y = jaxops.average_pool(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
+                          ceil_mode=cfg.ceil_mode, count_include_pad=cfg.count_include_pad)
   if cfg.rescale is not None:
     r = np.asarray(cfg.rescale, np.float64)
     r = r.reshape((1,) * (y.ndim - r.ndim) + r.shape)
@@ -838,7 +817,11 @@ def avg_pool3d(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: 
 
 @dataclasses.dataclass(frozen=True)
 class _MaxPool:
-  plan: Any      # jaxops.max_pool's plan, with torch's output lengths
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
+  dilation: tuple[int, ...]
+  ceil_mode: bool
   indices: bool
 
 
@@ -872,14 +855,14 @@ def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
     raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with optional "
                      f"0 dim batch size for input; got shape {tuple(shape)}")
   spatial = shape[len(shape) - nd:]
-  outs = [_torch_out_len(op, spatial, n, kv, sv, pv, dv, ceil_mode,
-                         f"kernel_size {k}, stride {s}, padding {p}, dilation {d}")
-          for n, kv, sv, pv, dv in zip(spatial, k, s, p, d)]
-  axes = _torch_axes(spatial, k, s, p, d, outs)
-  if ind:
-    _max_op._check_index_range(op, shape)
-  return _MaxPool(_max_op._MaxPlan(axes, tuple(_max_op._runs(a, op, i)
-                                               for i, a in enumerate(axes))), ind)
+  for n, kv, sv, pv, e in zip(spatial, k, s, p, ext):
+    o = (n + 2 * pv - e + (sv - 1 if ceil_mode else 0)) // sv + 1
+    if ceil_mode and (o - 1) * sv >= n + pv:
+      o -= 1
+    if o < 1:
+      raise ValueError(f"{op}: Given input size {tuple(spatial)}, the calculated output size "
+                       f"is too small (kernel_size {k}, stride {s}, padding {p}, dilation {d})")
+  return _MaxPool(k, s, p, d, ceil_mode, ind)
 
 
 _MAX = _checks.ConfigCache(_max_config)
@@ -887,16 +870,19 @@ _MAX = _checks.ConfigCache(_max_config)
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _max_jit(x: jax.Array, cfg: _MaxPool) -> Any:
+  out = jaxops.max_pool(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
+                        dilations=cfg.dilation, ceil_mode=cfg.ceil_mode,
+                        return_indices=cfg.indices)
   if not cfg.indices:
-    return _max_op._max_pool(x, cfg.plan)
-  y, idx = _max_op._max_pool_with_indices(x, cfg.plan, 0)
-  plane = math.prod(x.shape[x.ndim - len(cfg.plan.axes):])
+    return out
+  y, idx = out
+  plane = math.prod(x.shape[x.ndim - len(cfg.kernel):])
   return y, idx % jnp.asarray(plane, idx.dtype)
 
 
 def _max_pool(name: str, nd: int, input: ArrayLike, kernel_size: Any, stride: Any, padding: Any,
               dilation: Any, ceil_mode: Any, return_indices: Any) -> Any:
-  x = _max_op._input(_op(name), _checks.as_array(input, _op(name), "input"))
+  x = _checks.as_array(input, _op(name), "input")
   static = (name, nd, x.shape, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   cfg = _MAX(_checks.cache_key(*static), *static)
   return _max_jit(x, cfg)
@@ -907,8 +893,7 @@ _MAX_DOC = """``torch.nn.functional.max_pool{nd}d`` on ``(N, C, *spatial)`` or `
   Per axis: window ``o`` reads ``o * stride - padding + j * dilation`` for ``j < kernel``
   (padding never wins); output length ``floor((n + 2 p - dilation (k - 1) - 1) / s) + 1``
   (``ceil`` with ``ceil_mode``, less one if the last window would start in the right padding;
-  a last window that reaches past the padded input is kept, as torch keeps it, and reads its
-  taps inside the input, where jaxops.max_pool would reject it).
+  a last window that reaches past the padded input is kept, reading its taps inside the input).
   Ties go to the first maximum in window order. ``return_indices`` gives torch's indices: the
   flat position of the maximum within its ``(N, C)`` plane of the input, for
   ``max_unpool{nd}d``. The gradient goes to that element.
@@ -1360,6 +1345,7 @@ def roi_align(input: ArrayLike, boxes: Any, output_size: Any, spatial_scale: flo
 import itertools  # noqa: E402  (imports kept inside this self-contained section)
 import operator  # noqa: E402
 
+from jaxops import _max_pool as _max_pool_op  # noqa: E402
 from jaxops._max_pool import (_last_writers, _Unpool, _unpool_in_window,  # noqa: E402
                               _unpool_local)
 
@@ -1428,7 +1414,7 @@ def _unpool_flat(indices: jax.Array, cfg: _Unpool) -> tuple[jax.Array, int]:
   planes = math.prod(out[:len(out) - cfg.nd])
   plane = math.prod(out[len(out) - cfg.nd:])
   size = planes * plane
-  dtype = _max_op._index_dtype()
+  dtype = _max_pool_op._index_dtype()
   i = indices.astype(dtype).reshape(planes, -1)
   base = jnp.arange(planes, dtype=dtype).reshape(planes, 1) * np.array(plane, dtype)
   return jnp.where((i >= 0) & (i < plane), i + base, np.array(size, dtype)).reshape(-1), size
@@ -1590,9 +1576,9 @@ def _amax_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any,
   ind = _checks.static_bool(op, "return_indices", return_indices)
   axes = _adaptive_config(name, nd, shape, output_size).axes
   plane = math.prod(n for n, _ in axes)
-  if ind and plane > np.iinfo(_max_op._index_dtype()).max:
+  if ind and plane > np.iinfo(_max_pool_op._index_dtype()).max:
     raise ValueError(f"{op}: an input plane of {plane} elements is more than "
-                     f"{_max_op._index_dtype().name} indices can address; enable "
+                     f"{_max_pool_op._index_dtype().name} indices can address; enable "
                      f"jax_enable_x64 for int64 indices")
   return _AdaptiveMax(axes, ind)
 
@@ -1672,7 +1658,7 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   """
   nd = len(axes)
   lead = x.ndim - nd
-  dtype = _max_op._index_dtype()
+  dtype = _max_pool_op._index_dtype()
   pos = _amax_plan(axes).astype(dtype)
   if math.prod(pos.shape[1::2]) <= _AMAX_SCAN_TAPS:
     g = _amax_windows(x, axes)
@@ -1727,7 +1713,7 @@ def _amax_jit(x: jax.Array, cfg: _AdaptiveMax) -> Any:
   nd = len(cfg.axes)
   shape = x.shape[:x.ndim - nd] + tuple(o for _, o in cfg.axes)
   if math.prod(shape) == 0:
-    y, i = jnp.zeros(shape, x.dtype), jnp.zeros(shape, _max_op._index_dtype())
+    y, i = jnp.zeros(shape, x.dtype), jnp.zeros(shape, _max_pool_op._index_dtype())
   else:
     y, i = _amax(x, cfg.axes)
   return (y, i) if cfg.indices else y
