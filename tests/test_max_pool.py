@@ -392,8 +392,9 @@ def test_lp_pool_1_takes_a_float_p():
 
 def _node_model(op, version, attrs, x_shape, outputs=1, elem=TensorProto.FLOAT):
   node = helper.make_node(op, ["x"], ["y", "i"][:outputs], **attrs)
-  outs = [helper.make_tensor_value_info("y", elem, ["a", "b", "c"]),
-          helper.make_tensor_value_info("i", TensorProto.INT64, ["a", "b", "c"])][:outputs]
+  dims = [f"d{i}" for i in range(len(x_shape))]
+  outs = [helper.make_tensor_value_info("y", elem, dims),
+          helper.make_tensor_value_info("i", TensorProto.INT64, dims)][:outputs]
   model = helper.make_model(helper.make_graph(
       [node], "g", [helper.make_tensor_value_info("x", elem, x_shape)], outs),
       opset_imports=[helper.make_opsetid("", version)])
@@ -536,12 +537,7 @@ def test_ceil_mode_window_longer_than_the_padded_input(op, extra, shape, attrs):
   if op == "AveragePool" and "dilations" in attrs:  # the same span, undilated
     attrs["kernel_shape"] = [d * (k - 1) + 1 for k, d in zip(attrs["kernel_shape"],
                                                              attrs.pop("dilations"))]
-  node = helper.make_node(op, ["x"], ["y"], **attrs)
-  model = helper.make_model(helper.make_graph(
-      [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [f"y{i}" for i in range(len(shape))])]),
-      opset_imports=[helper.make_opsetid("", 22)])
-  model.ir_version = 10
+  model = _node_model(op, 22, attrs, shape)
   x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
   got = Backend.run_model(model, [x])[0]
   sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -117,8 +117,8 @@ def test_window_of_padding_only_deviation_is_pinned():
 ])
 def test_ceil_mode_window_past_the_padded_input_matches_torch(shape, kw):
   """With ceil_mode torch keeps a last window that reaches past the padded input and takes its
-  maximum over the taps inside; jaxops.max_pool rejects such a window as ONNX pooling, and
-  jaxops.torch follows torch (found by a random sweep beyond the one above)."""
+  maximum over the taps inside, and so does jaxops.torch (through jaxops.max_pool, which
+  raised there before; found by a random sweep beyond the one above)."""
   x = np.random.default_rng(len(shape)).standard_normal(shape)
   nd = len(shape) - 2
   fn, tfn = getattr(F, f"max_pool{nd}d"), getattr(TF, f"max_pool{nd}d")

@@ -229,9 +229,9 @@ def test_lp_pool_matches_torch(nd):
 ])
 def test_ceil_mode_window_past_the_padded_input_matches_torch(name, args, kw):
   """torch's ceil_mode keeps a last window that reaches past the padded input (kernel 2 on a
-  1-row image): its average divides by what torch counts, the input and its padding. jaxops'
-  average_pool rejects such a window as ONNX pooling; jaxops.torch follows torch (found by a
-  random sweep beyond the ones above)."""
+  1-row image): its average divides by what torch counts, the input and its padding, and so
+  does jaxops.torch (through jaxops.average_pool, which raised there before; found by a random
+  sweep beyond the ones above)."""
   shape = (2, 2, 1, 7) if name.endswith("2d") else (2, 2, 3)
   x = np.random.default_rng(7).uniform(0.1, 2.0, shape)
   fn, tfn = getattr(F, name), getattr(TF, name)
