@@ -954,6 +954,15 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
   op = _op(name)
   x = _float_input(name, input)
   p = _checks.static_float(op, "norm_type", norm_type)
+  # torch's lp_pool multiplies by kernel_size: lp_pool1d takes an int only (a sequence is
+  # torch's TypeError), lp_pool2d/3d unpack it into exactly nd ints (no one-element broadcast).
+  if isinstance(kernel_size, (list, tuple)) and (nd == 1 or len(kernel_size) != nd):
+    if nd == 1:
+      raise TypeError(f"{op}: argument `kernel_size` must be an int, as torch's lp_pool1d "
+                      f"takes it; got {kernel_size!r}")
+    raise _checks.value_error(op, "kernel_size", kernel_size,
+                              f"a single int, or a tuple of {nd} ints (torch's lp_pool{nd}d "
+                              f"does not broadcast one)")
   k = _pool_arg(op, "kernel_size", kernel_size, nd)
   avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
   a = avg(_pow_scalar(x, p), kernel_size, stride, 0, ceil_mode)
@@ -983,7 +992,7 @@ _LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x *
   Args:
     input: float16, bfloat16, float32 or float64 array, ``(N, C, *spatial)`` or unbatched.
     norm_type: ``p`` (a float; negative window sums give NaN for fractional powers, as torch).
-    kernel_size: an int or one per spatial axis.
+    kernel_size: {kernel_arg}
     stride: an int or one per axis; default ``kernel_size``.
     ceil_mode: round output lengths up.
 
@@ -991,8 +1000,8 @@ _LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x *
     The pooled array, of ``input``'s dtype.
 
   Raises:
-    ValueError: as ``avg_pool{nd}d``.
-    TypeError: a non-number ``norm_type``, non-integer or traced sizes, a non-float input.
+    ValueError: as ``avg_pool{nd}d``{seq_value}.
+    TypeError: a non-number ``norm_type``, non-integer or traced sizes, a non-float input{seq}.
 
   Examples:
     >>> import jax.numpy as jnp, jaxops.torch as F
@@ -1016,9 +1025,14 @@ def lp_pool3d(input: ArrayLike, norm_type: float, kernel_size: Any, stride: Any 
   return _lp_pool("lp_pool3d", 3, input, norm_type, kernel_size, stride, ceil_mode)
 
 
-lp_pool1d.__doc__ = _LP_DOC.format(nd=1, shape="(1, 1, 2)", out="[2.8284270763397217]")
-lp_pool2d.__doc__ = _LP_DOC.format(nd=2, shape="(1, 2, 2)", out="[4.0]")
-lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152679443]")
+_LP_ONE = dict(kernel_arg="an int (torch's lp_pool1d takes no sequence).", seq_value="",
+               seq=", a sequence ``kernel_size``")
+_LP_ND = dict(kernel_arg="an int or one per spatial axis (a sequence of exactly that length).",
+              seq_value="; a ``kernel_size`` sequence of another length", seq="")
+lp_pool1d.__doc__ = _LP_DOC.format(nd=1, shape="(1, 1, 2)", out="[2.8284270763397217]", **_LP_ONE)
+lp_pool2d.__doc__ = _LP_DOC.format(nd=2, shape="(1, 2, 2)", out="[4.0]", **_LP_ND)
+lp_pool3d.__doc__ = _LP_DOC.format(nd=3, shape="(1, 2, 2, 2)", out="[5.656854152679443]",
+                                   **_LP_ND)
 
 
 # --- grid_sample, affine_grid (jaxops.grid_sample, jaxops.affine_grid) and roi_align ------------

@@ -181,13 +181,18 @@ def test_vmap_and_jit():
     ("adaptive_avg_pool2d", ((2, 2, 2),), {}, "output_size"),
     ("avg_pool3d", (2,), {}, "smaller than kernel size"),
     ("adaptive_avg_pool3d", (2,), {}, "Expected 4D or 5D"),
+    # torch's lp_pool multiplies by kernel_size: an int only in 1-D, no one-element list in 2-D
+    ("lp_pool1d", (2, [2]), {}, "kernel_size.*must be an int"),
+    ("lp_pool1d", (2, (2,)), {}, "kernel_size.*must be an int"),
+    ("lp_pool2d", (2, [2]), {}, "kernel_size.*tuple of 2 ints"),
+    ("lp_pool3d", (2, (1, 2)), {}, "kernel_size.*tuple of 3 ints"),
 ])
 def test_impossible_arguments_raise_where_torch_raises(name, args, kw, match):
   x = np.zeros((1, 1, 3, 3)) if name != "adaptive_avg_pool3d" else np.zeros((3, 3, 3))
-  if name == "avg_pool3d":
+  if name in ("avg_pool3d", "lp_pool3d"):
     x = np.zeros((1, 1, 1, 3, 3))
-  if name == "avg_pool1d":
-    x = np.zeros((1, 1, 3, 3))
+  if name in ("avg_pool1d", "lp_pool1d"):
+    x = np.zeros((1, 1, 3, 3)) if name == "avg_pool1d" else np.zeros((1, 1, 3))
   with pytest.raises((RuntimeError, ValueError, TypeError)):
     getattr(TF, name)(torch.tensor(x), *args, **kw)
   with pytest.raises((ValueError, TypeError), match=f"jaxops.torch.{name}: .*{match}"):
