@@ -30,6 +30,15 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 ORACLES = ("onnx", "onnxruntime", "torch", "flax", "matplotlib", "mypy")
 
 
+def pytest_collection_modifyitems(config, items):
+  """Tests marked ``slow`` (the sweeps and the few others of 10 s or more) run first, in their
+  collected order. pytest-xdist's worksteal hands each worker a contiguous share and lets an idle
+  worker take the end of the other's queue, so a long test collected last could leave one core
+  idle for its whole length at the end of the run; with the long ones first, the ends of both
+  queues are short tests."""
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_sessionstart(session):
   missing = [m for m in ORACLES if importlib.util.find_spec(m) is None]
   if missing and not os.environ.get("JAXOPS_ALLOW_MISSING_ORACLES"):

@@ -37,6 +37,7 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
                         timeout=timeout, check=False)
 
 
+@pytest.mark.slow
 def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   committed = ROOT / "benchmarks" / "RESULTS.md"
   before = committed.read_bytes() if committed.exists() else None
@@ -82,6 +83,7 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   assert before == after, "the smoke run must not write into the repository"
 
 
+@pytest.mark.slow
 def test_extra_runs_add_the_steady_column_and_the_sync_dispatch_table(tmp_path: Path) -> None:
   out = tmp_path / "out"
   proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",

@@ -357,16 +357,20 @@ def _torch_configs(seed, count):
   return out
 
 
-TORCH_CONFIGS = _torch_configs(15000, 150)
+# Torch's sweep is on top of the 330 configurations against the spec loop, onnx.reference and
+# onnxruntime above; 100 here (gradients on 40) keep the suite inside CI's time. The same tests
+# on seeds 15001-15009 (1350 more configurations, gradients on 360 of them, with lp_pool's) agreed.
+TORCH_CONFIGS = _torch_configs(15000, 100)
 
 
+@pytest.mark.slow
 def test_max_pool_against_torch():
   """Values, indices (torch's are per (n, c) plane: add the plane offset) and gradients."""
   for i in range(0, len(TORCH_CONFIGS), 10):
     group = TORCH_CONFIGS[i:i + 10]
     xs = [np.random.default_rng(i + j).standard_normal(c[0]) for j, c in enumerate(group)]
 
-    with_grad = i < 60  # gradients on the first 60 configurations (compiling them dominates)
+    with_grad = i < 40  # gradients on the first 40 configurations (compiling them dominates)
 
     def run(values, group=group, with_grad=with_grad):
       outs = []
@@ -395,13 +399,14 @@ def test_max_pool_against_torch():
                                    err_msg=str(c))
 
 
+@pytest.mark.slow
 def test_max_unpool_against_torch():
   """Indices from torch's max_pool (plus the plane offset), where the default output shape is
   the pooled input's (torch and onnxruntime read indices in a given output_size, jaxops and
   onnx.reference in the default shape: docs/DEVIATIONS.md)."""
   rng = np.random.default_rng(15500)
   usable = []
-  while len(usable) < 100:
+  while len(usable) < 60:  # 300 more against the ONNX oracles below
     nd = int(rng.integers(1, 4))
     kernel = [int(v) for v in rng.integers(1, 4, nd)]
     strides = [int(v) for v in rng.integers(1, 4, nd)]

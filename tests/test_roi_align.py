@@ -173,6 +173,7 @@ def test_gradients_against_central_differences_float64(sampling_ratio):
               modes=("rev",))
 
 
+@pytest.mark.slow
 def test_tap_plan_gradients_against_central_differences_float64():
   # Large enough for the tap plan (_roi_align._MIN_ELEMENTS): the fixed ratio differentiates the
   # chunked tap loop; the adaptive ladder takes its derivatives from the general plan.

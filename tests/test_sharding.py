@@ -203,6 +203,7 @@ GROUPS = {
 }
 
 
+@pytest.mark.slow
 def test_resample_batch_sharded_without_collectives():
   cases = _run_worker(RESAMPLE_OPS)
   problems = []
@@ -219,6 +220,7 @@ def test_resample_batch_sharded_without_collectives():
   assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", sorted(GROUPS))
 def test_sharded_equals_unsharded_without_collectives(group):
   cases = _run_worker(GROUPS[group])
