@@ -956,10 +956,10 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
   p = _checks.static_float(op, "norm_type", norm_type)
   # torch's lp_pool multiplies by kernel_size: lp_pool1d takes an int only (a sequence is
   # torch's TypeError), lp_pool2d/3d unpack it into exactly nd ints (no one-element broadcast).
-  if isinstance(kernel_size, (list, tuple)) and (nd == 1 or len(kernel_size) != nd):
-    if nd == 1:
-      raise TypeError(f"{op}: argument `kernel_size` must be an int, as torch's lp_pool1d "
-                      f"takes it; got {kernel_size!r}")
+  if isinstance(kernel_size, (list, tuple)) and nd == 1:
+    raise TypeError(f"{op}: argument `kernel_size` must be an int, as torch's lp_pool1d "
+                    f"takes it; got {kernel_size!r}")
+  if isinstance(kernel_size, (list, tuple)) and len(kernel_size) != nd:
     raise _checks.value_error(op, "kernel_size", kernel_size,
                               f"a single int, or a tuple of {nd} ints (torch's lp_pool{nd}d "
                               f"does not broadcast one)")

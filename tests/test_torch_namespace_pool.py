@@ -188,11 +188,9 @@ def test_vmap_and_jit():
     ("lp_pool3d", (2, (1, 2)), {}, "kernel_size.*tuple of 3 ints"),
 ])
 def test_impossible_arguments_raise_where_torch_raises(name, args, kw, match):
-  x = np.zeros((1, 1, 3, 3)) if name != "adaptive_avg_pool3d" else np.zeros((3, 3, 3))
-  if name in ("avg_pool3d", "lp_pool3d"):
-    x = np.zeros((1, 1, 1, 3, 3))
-  if name in ("avg_pool1d", "lp_pool1d"):
-    x = np.zeros((1, 1, 3, 3)) if name == "avg_pool1d" else np.zeros((1, 1, 3))
+  # avg_pool1d and adaptive_avg_pool3d get an input of the wrong rank
+  x = np.zeros({"adaptive_avg_pool3d": (3, 3, 3), "avg_pool3d": (1, 1, 1, 3, 3),
+                "lp_pool3d": (1, 1, 1, 3, 3), "lp_pool1d": (1, 1, 3)}.get(name, (1, 1, 3, 3)))
   with pytest.raises((RuntimeError, ValueError, TypeError)):
     getattr(TF, name)(torch.tensor(x), *args, **kw)
   with pytest.raises((ValueError, TypeError), match=f"jaxops.torch.{name}: .*{match}"):
