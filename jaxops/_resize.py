@@ -167,10 +167,11 @@ def resize(x: ArrayLike, *, sizes: Sequence[int] | None = None,
     The resized array, of ``x``'s dtype. float16/bfloat16 compute in float32; integer inputs
     to linear/cubic compute in floating point (float32 up to 16-bit types, float64 for wider
     types when x64 is enabled), then round half to even and saturate to the input type. float32
-    holds about 7 significant digits, so a result within about 1e-4 of a half (after several
-    resized axes of cubic taps) can round to the other neighbour: a 5-D uint8 cubic resize
-    whose exact value 190.50011 rounds to 191 gives 190. bool and other non-numeric-float
-    types take mode="nearest" only (an exact copy).
+    holds about 7 significant digits, and a float32 result within 4 units of rounding of a half
+    is taken as the half (so exact halves round to even), so a result whose exact value lies
+    within about 8 units of a half (2e-4 near 255) can round to the other neighbour: a 5-D uint8
+    cubic resize whose exact value 190.50011 rounds to 191 gives 190. bool and other
+    non-numeric-float types take mode="nearest" only (an exact copy).
 
   Raises:
     TypeError: a shape-deciding argument or a static option is traced; a non-numeric dtype

@@ -3,6 +3,8 @@ torch's F.interpolate as an oracle, and the pinned deviations of docs/DEVIATIONS
 
 from __future__ import annotations
 
+import math
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -285,6 +287,45 @@ def test_traced_full_box_is_not_extrapolated(dtype, x64, shape, sizes):
     np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * 10)
     np.testing.assert_array_equal(got[::sizes[0] - 1, ::sizes[1] - 1], x[::shape[0] - 1,
                                                                          ::shape[1] - 1])
+
+
+def _keys_cubic_1d(x, out_len, coord, a):
+  """The spec's cubic resize of a 1-D float64 array, written from its formulas (Keys kernel,
+  taps at floor(x_original) - 1 .. + 2, clamped to the edges; exclude_outside 0)."""
+  n = len(x)
+  scale = out_len / n
+  out = []
+  for o in range(out_len):
+    u = o / scale if coord == "asymmetric" else (o + 0.5) / scale - 0.5
+    f = math.floor(u)
+    acc = 0.0
+    for k in range(-1, 3):
+      t = abs(u - (f + k))
+      w = ((a + 2) * t - (a + 3)) * t * t + 1 if t <= 1 else (
+          ((a * t - 5 * a) * t + 8 * a) * t - 4 * a if t < 2 else 0.0)
+      acc += w * x[min(max(f + k, 0), n - 1)]
+    out.append(acc)
+  return np.array(out)
+
+
+@pytest.mark.parametrize("coord,n,out_len", [("asymmetric", 3, 7), ("half_pixel", 5, 12),
+                                             ("asymmetric", 6, 4)])
+def test_float64_cubic_is_the_closed_form(coord, n, out_len):
+  # onnx.reference evaluates its cubic weights in float32 (NumPy 2 promotes its float32 `A`
+  # times a Python float to float32), so its float64 results are off by 1e-7 to 1e-5; jaxops'
+  # float64 tables are exact to float64 rounding. The differential sweep therefore runs the
+  # reference with `A` as a Python float (test_resize_differential.py).
+  a = float(np.float32(-0.797))  # attributes are float32 in ONNX
+  x = np.random.default_rng(n).standard_normal(n)
+  want = _keys_cubic_1d(x, out_len, coord, a)
+  got = _r(x, sizes=[out_len], mode="cubic", coordinate_transformation_mode=coord,
+           cubic_coeff_a=a)
+  assert got.dtype == np.float64
+  np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+  ref = _reference(dict(mode="cubic", coordinate_transformation_mode=coord, cubic_coeff_a=a), x,
+                   sizes=np.array([out_len]))
+  assert np.abs(ref - want).max() > 1e-9  # the reference's float32 weights (why the sweep
+  np.testing.assert_allclose(ref, want, rtol=0, atol=1e-5)  # patches them)
 
 
 def test_vmap_over_images_matches_torch():
