@@ -169,7 +169,7 @@ def resize(x: ArrayLike, *, sizes: Sequence[int] | None = None,
     types when x64 is enabled), then round half to even and saturate to the input type. float32
     holds about 7 significant digits, and a float32 result within 4 units of rounding of a half
     is taken as the half (so exact halves round to even), so a result whose exact value lies
-    within about 8 units of a half (2e-4 near 255) can round to the other neighbour: a 5-D uint8
+    within about 8 units of a half (2.4e-4 near 255) can round to the other neighbour: a 5-D uint8
     cubic resize whose exact value 190.50011 rounds to 191 gives 190. bool and other
     non-numeric-float types take mode="nearest" only (an exact copy).
 

@@ -4,8 +4,9 @@
   (negative too), every mode, coordinate mode and nearest mode, scales and sizes (with every
   keep_aspect_ratio_policy), roi and extrapolation, antialias, exclude_outside, cubic_coeff_a,
   and float16/bfloat16/float32/float64/uint8/int8/int32 inputs. Exact for nearest, within the
-  rounding of the dtype otherwise. The tf_crop_and_resize ones run a second time with the roi
-  traced under jit.
+  rounding of the dtype otherwise (integers: equal away from .5 ties). The tf_crop_and_resize
+  ones run a second time with the roi traced under jit. The reference's cubic weights are
+  evaluated in float64 (``_reference_cubic_weights_in_float64``).
 * onnx.reference on full-box tf_crop_and_resize models whose roi is a graph input (traced).
 * onnxruntime on Resize-10 and Resize-11 models run through jaxops.onnx.Backend.
 
