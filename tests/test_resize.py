@@ -3,7 +3,7 @@ torch's F.interpolate as an oracle, and the pinned deviations of docs/DEVIATIONS
 
 from __future__ import annotations
 
-import math
+from fractions import Fraction
 
 import chex
 import jax
@@ -13,6 +13,7 @@ import pytest
 
 import jaxops
 from jaxops import _resize
+from tests.test_resize_rounding import _exact_1d
 
 X4 = np.array([0.0, 10.0, 20.0, 30.0])
 
@@ -289,25 +290,6 @@ def test_traced_full_box_is_not_extrapolated(dtype, x64, shape, sizes):
                                                                          ::shape[1] - 1])
 
 
-def _keys_cubic_1d(x, out_len, coord, a):
-  """The spec's cubic resize of a 1-D float64 array, written from its formulas (Keys kernel,
-  taps at floor(x_original) - 1 .. + 2, clamped to the edges; exclude_outside 0)."""
-  n = len(x)
-  scale = out_len / n
-  out = []
-  for o in range(out_len):
-    u = o / scale if coord == "asymmetric" else (o + 0.5) / scale - 0.5
-    f = math.floor(u)
-    acc = 0.0
-    for k in range(-1, 3):
-      t = abs(u - (f + k))
-      w = ((a + 2) * t - (a + 3)) * t * t + 1 if t <= 1 else (
-          ((a * t - 5 * a) * t + 8 * a) * t - 4 * a if t < 2 else 0.0)
-      acc += w * x[min(max(f + k, 0), n - 1)]
-    out.append(acc)
-  return np.array(out)
-
-
 @pytest.mark.parametrize("coord,n,out_len", [("asymmetric", 3, 7), ("half_pixel", 5, 12),
                                              ("asymmetric", 6, 4)])
 def test_float64_cubic_is_the_closed_form(coord, n, out_len):
@@ -317,7 +299,8 @@ def test_float64_cubic_is_the_closed_form(coord, n, out_len):
   # reference with `A` as a Python float (test_resize_differential.py).
   a = float(np.float32(-0.797))  # attributes are float32 in ONNX
   x = np.random.default_rng(n).standard_normal(n)
-  want = _keys_cubic_1d(x, out_len, coord, a)
+  want = np.array([float(v) for v in _exact_1d([Fraction(v) for v in x], out_len, "cubic",
+                                                Fraction(a), False, coord)])
   got = _r(x, sizes=[out_len], mode="cubic", coordinate_transformation_mode=coord,
            cubic_coeff_a=a)
   assert got.dtype == np.float64

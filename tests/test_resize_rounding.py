@@ -38,8 +38,10 @@ def _kernel(mode: str, t: Fraction, a: Fraction) -> Fraction:
   return Fraction(0)
 
 
-def _exact_1d(x: list[int], n_out: int, mode: str, a: Fraction, antialias: bool) -> list[Fraction]:
-  """One axis, half_pixel, from the spec in exact arithmetic (taps ceil(x) - K/2 ... + K/2 - 1)."""
+def _exact_1d(x: list[int] | list[Fraction], n_out: int, mode: str, a: Fraction,
+              antialias: bool, coord: str = "half_pixel") -> list[Fraction]:
+  """One axis, half_pixel (or asymmetric), from the spec in exact arithmetic (taps ceil(x) - K/2
+  ... + K/2 - 1)."""
   n_in = len(x)
   scale = Fraction(n_out, n_in)
   support = 1 if mode == "linear" else 2
@@ -47,7 +49,7 @@ def _exact_1d(x: list[int], n_out: int, mode: str, a: Fraction, antialias: bool)
   k = 2 - 2 * (math.floor(-support / scale) + 1) if stretch else 2 * support
   out = []
   for y in range(n_out):
-    x_ori = (y + HALF) / scale - HALF
+    x_ori = y / scale if coord == "asymmetric" else (y + HALF) / scale - HALF
     c = math.ceil(x_ori)
     r = x_ori - (c - 1)  # in (0, 1]
     offs = [o - (k // 2 - 1) for o in range(k)]
