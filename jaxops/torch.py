@@ -12,8 +12,9 @@ How each maps onto jaxops:
 
 - ``interpolate``: one separable pass per spatial axis of the resize kernel
   (``jaxops._resize_kernel``), with tap tables built from torch's own index formulas in torch's
-  precision (float32 coordinates for float32 inputs, and for "nearest"/"nearest-exact" always, as
-  ATen computes them); "area" is ``adaptive_avg_pool``.
+  precision (float32 coordinates for float32 inputs, float64 for float64 ones, nearest indices
+  rounded to float32 before the floor, as ATen's kernels compute them; which of ATen's kernels
+  runs can depend on the output size); "area" is ``adaptive_avg_pool``.
 - ``avg_pool1d/2d/3d``: ``jaxops.average_pool`` with symmetric pads (torch's ceil_mode and
   count_include_pad are AveragePool-22's); ``divisor_override`` rescales by a static table.
 - ``max_pool1d/2d/3d``: ``jaxops.max_pool`` with symmetric pads; torch's per-plane indices are
@@ -132,11 +133,13 @@ def _nearest_table(dt: type, n_in: int, n_out: int, scale: float | None, exact: 
                    two_d: bool) -> np.ndarray:
   """ATen's nearest / nearest-exact source indices, ``floor(o * s)`` / ``floor((o + 0.5) * s)``.
 
-  ATen's 2-D kernel passes the scale as a float32 and multiplies in float32 (nearest-exact: in
-  double, then rounded to float32); nearest there also copies an axis whose output length
-  equals its input's and halves the index where it is twice, whatever the scale factor. Its 1-D
-  and 3-D kernels multiply in the input's precision (``dt``) and round the product to float32
-  before the floor.
+  ``two_d``: ATen's 2-D "vectorized" kernel, which it runs where the output's height plus
+  width is at most 128 (``_use_vectorized_kernel_cond_2d``; see ``_vectorized_2d``). It passes
+  the scale as a float32 and multiplies in float32 (nearest-exact: in double, then rounded to
+  float32); nearest there also copies an axis whose output length equals its input's and
+  halves the index where it is twice, whatever the scale factor. Its generic kernel (1-D, 3-D,
+  and 2-D outputs larger than that) multiplies in the input's precision (``dt``) and rounds the
+  product to float32 before the floor, with no copies.
   """
   i = np.arange(n_out, dtype=np.int64)
   if two_d and not exact and n_out == n_in:
@@ -240,6 +243,15 @@ def _adaptive_table(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
   return idx, w
 
 
+def _vectorized_2d(axes: tuple[tuple[int, int, float | None], ...]) -> bool:
+  """Whether ATen runs a 2-D nearest / nearest-exact resize of an NCHW input through its
+  vectorized kernel: where the output's height plus width is at most 128 (its benchmarked
+  threshold), else through its generic one. (It also takes the vectorized kernel for a
+  channels-last input of more than 3 channels; an NCHW input is one only where its height and
+  width are 1, and every index is then 0 in both kernels.)"""
+  return len(axes) == 2 and sum(n_out for _, n_out, _ in axes) <= 128
+
+
 @functools.lru_cache(maxsize=512)
 def _interp_tables(cfg: _Interp) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
   dt = np.float64 if cfg.cdtype == "float64" else np.float32
@@ -247,7 +259,7 @@ def _interp_tables(cfg: _Interp) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
   for n_in, n_out, scale in cfg.axes:
     if cfg.kind in ("nearest", "nearest-exact"):
       idx = _nearest_table(dt, n_in, n_out, scale, cfg.kind == "nearest-exact",
-                           len(cfg.axes) == 2)[:, None]
+                           _vectorized_2d(cfg.axes))[:, None]
       tab = (idx, np.ones(idx.shape))
     elif cfg.kind == "area":
       tab = _adaptive_table(n_in, n_out)
@@ -301,9 +313,12 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
 
   - "nearest": ``floor(o * scale)`` (torch's legacy rule, ONNX asymmetric + floor), with
     ``scale = 1 / scale_factor`` when a scale factor is given (and not recomputed), else
-    ``in / out``; computed in float32 as ATen does. On 4-D inputs ATen's kernel copies an axis
-    whose output length equals its input's and halves the index where it is twice, whatever
-    the scale factor; so does this.
+    ``in / out``; the product rounded to float32 before the floor, as ATen does. On 4-D
+    inputs whose output height plus width is at most 128, ATen's vectorized kernel takes the
+    scale as a float32 and copies an axis whose output length equals its input's and halves
+    the index where it is twice, whatever the scale factor; so does this. Larger 4-D outputs
+    take ATen's generic kernel, as 3-D and 5-D inputs do: the scale in the input's precision,
+    no copies.
   - "nearest-exact": ``floor((o + 0.5) * scale)`` (ONNX half_pixel + round_prefer_ceil).
   - "linear"/"bilinear"/"trilinear"/"bicubic": ``align_corners=True``:
     ``o * (in - 1) / (out - 1)``; else ``(o + 0.5) * scale - 0.5`` (linear clamps it at 0).

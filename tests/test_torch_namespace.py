@@ -103,8 +103,12 @@ def test_interpolate_matches_torch_end_to_end(mode):
     g = rng.standard_normal(tuple(yt.shape))
     yt.backward(torch.tensor(g))
     want = xt.grad.numpy()
-    if mode == "nearest" and _nearest_backward_shortcut(shape, kw):
-      want = _nearest_transpose(shape, mode, kw, g)  # docs/DEVIATIONS.md, jaxops.torch 2
+    if mode in ("nearest", "nearest-exact"):
+      transpose = _nearest_transpose(shape, mode, kw, g)
+      if not np.allclose(want, transpose, **TOL[np.float64]):
+        # docs/DEVIATIONS.md, jaxops.torch 2: only where torch's forward is its generic kernel
+        assert _torch_nearest_generic(shape, tuple(yt.shape)), f"{mode} {shape} {kw}"
+        want = transpose
     if mode == "bicubic" and tuple(yt.shape) == shape:
       want = _forward_transpose(shape, mode, kw, g)  # docs/DEVIATIONS.md, jaxops.torch 7
     if _aa_backward_does_not_skip(shape, kw):
@@ -125,20 +129,14 @@ def test_interpolate_matches_torch_end_to_end(mode):
     np.testing.assert_allclose(grads[i], wantg[i], **TOL[np.float64], err_msg="grad " + msg)
 
 
-def _nearest_backward_shortcut(shape: tuple[int, ...], kw: dict) -> bool:
-  """Whether torch's nearest backward kernel takes its legacy shortcut (an output length equal
-  to or twice the input's copies / halves indices, whatever the scale factor) on an axis where
-  its forward kernel computes floor(o / scale_factor) instead."""
-  sf = kw.get("scale_factor")
-  spatial = shape[2:]
-  if sf is None or kw.get("recompute_scale_factor") or len(spatial) == 2:
-    return False  # torch's 2-D forward takes the same shortcut
-  sf = sf if isinstance(sf, (tuple, list)) else (sf,) * len(spatial)
-  for n, s in zip(spatial, sf):
-    out = int(np.floor(n * s))
-    if (out == n and s != 1.0) or (out == 2 * n and s != 2.0):
-      return True
-  return False
+def _torch_nearest_generic(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+  """Whether torch 2.13 runs a nearest / nearest-exact resize through ATen's generic kernel (1-D
+  and 3-D inputs, and 2-D ones whose output height plus width exceeds 128) rather than its 2-D
+  vectorized one. Its backward kernel follows the vectorized one's rule (a float32 scale;
+  nearest copies an axis of equal length and halves the index of one twice as long, whatever
+  the scale factor), so only after a generic forward can its gradient differ from the
+  transpose of its forward."""
+  return len(shape) != 4 or sum(out_shape[2:]) > 128
 
 
 def _aa_backward_does_not_skip(shape: tuple[int, ...], kw: dict) -> bool:
@@ -227,6 +225,60 @@ def test_nearest_backward_shortcut_deviation_is_pinned():
                                     * jnp.array([[[1.0, 10.0, 100.0]]])))(x)
   np.testing.assert_array_equal(grad, [[[11.0, 100.0, 0.0]]])
 
+
+
+# (input width, scale factor, output width) pairs on either side of ATen's 2-D threshold (output
+# height 1 plus width at most 128: vectorized kernel), each with a source index where the two
+# kernels' rules differ: a scale factor whose output length is the input's or twice it (nearest:
+# the vectorized kernel copies or halves), and half-integer ties where a float32 scale and a
+# float64 one floor differently (nearest-exact, float64).
+_THRESHOLD_CASES = [
+    ("nearest", np.float32, 60, 1.005), ("nearest", np.float32, 130, 1.005),
+    ("nearest", np.float64, 63, 2.01), ("nearest", np.float64, 70, 2.01),
+    ("nearest-exact", np.float64, 55, 2.3), ("nearest-exact", np.float64, 56, 2.3),
+]
+
+
+@pytest.mark.parametrize("mode,dt,n,sf", _THRESHOLD_CASES)
+def test_nearest_2d_follows_torch_s_kernel_choice(mode, dt, n, sf):
+  """torch 2.13 resizes a 4-D input with its vectorized nearest kernel where the output height
+  plus width is at most 128 and with its generic kernel above (ATen's
+  _use_vectorized_kernel_cond_2d); their index rules differ (copies, float32 against float64
+  scales), and jaxops gives torch's values on both sides. The source indices come from an iota
+  through torch itself; the other kernel's rule is written out to show that each case is one
+  where the choice matters."""
+  x = np.arange(n, dtype=dt).reshape(1, 1, 1, n)
+  kw = dict(scale_factor=(1.0, sf), mode=mode)
+  want = TF.interpolate(torch.tensor(x), **kw).numpy()
+  np.testing.assert_array_equal(np.asarray(F.interpolate(x, **kw)), want)
+  out = want.shape[-1]
+  o = np.arange(out) + (0.5 if mode == "nearest-exact" else 0.0)
+  if 1 + out <= 128:  # torch took the vectorized kernel; the generic rule would differ
+    other = np.floor((o * (1.0 / sf)).astype(np.float32))
+  elif mode == "nearest":  # torch took the generic kernel; the vectorized one copies / halves
+    other = np.arange(out) if out == n else np.arange(out) // 2
+  else:  # generic with a float64 scale; the vectorized kernel's float32 scale
+    other = np.floor((o * np.float64(np.float32(1.0 / sf))).astype(np.float32))
+  assert not np.array_equal(np.minimum(other, n - 1), want[0, 0, 0])
+
+
+def test_nearest_2d_generic_kernel_backward_deviation_is_pinned():
+  """Above the threshold torch's 2-D forward is its generic kernel (130 -> 130 with scale factor
+  1.005 reads floor(o / 1.005): outputs 0 and 1 read input 0, output 129 reads input 128, none
+  reads input 129) while its backward still copies:
+  its gradient is not the transpose of its forward. jaxops' gradient is the transpose of the
+  forward that both compute. DEVIATIONS.md, jaxops.torch 2."""
+  x = np.arange(130.0).reshape(1, 1, 1, 130)
+  xt = torch.tensor(x, requires_grad=True)
+  y = TF.interpolate(xt, scale_factor=(1.0, 1.005), mode="nearest")
+  assert y[0, 0, 0, 129].item() == 128.0
+  np.testing.assert_array_equal(F.interpolate(x, scale_factor=(1.0, 1.005), mode="nearest"),
+                                y.detach().numpy())
+  y.sum().backward()
+  assert xt.grad.numpy().tolist() == np.ones_like(x).tolist()  # torch: the copy's transpose
+  grad = jax.grad(lambda v: jnp.sum(F.interpolate(v, scale_factor=(1.0, 1.005),
+                                                  mode="nearest")))(x)
+  np.testing.assert_array_equal(grad, np.array([2.0] + [1.0] * 128 + [0.0]).reshape(x.shape))
 
 def test_antialias_backward_of_a_kept_axis_deviation_is_pinned():
   """torch's antialiased forward copies an axis whose output length equals its input's (5 -> 5
