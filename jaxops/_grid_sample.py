@@ -14,7 +14,9 @@ where an axis is shorter than the kernel), so the transpose (the gradient with r
 gathered in chunks of points by a rematerialised ``lax.map``: the backward pass gathers a chunk
 again rather than keeping every block as a residual, so a call's temporaries stay about the
 size of the input and the output. The weights are jnp functions of the grid, so gradients flow
-to the grid (and through affine_grid to theta).
+to the grid (and through affine_grid to theta): the grid's gradient gathers each tap's row
+again and takes its dot product with the cotangent over the channels in the same XLA loop
+(``_grid_jvp``, ``jaxops._fused_sum``), without sample-sized intermediates.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
 from jaxops import _checks
+from jaxops import _fused_sum
 from jaxops import _interp
 from jaxops._interp import Mode
 
@@ -362,6 +365,16 @@ def _weighted_axis_rows(cdt: Any, xt: jax.Array, *tables: jax.Array) -> jax.Arra
   return out
 
 
+def _weighted_taps(xt: jax.Array, flat: jax.Array, coef: jax.Array) -> jax.Array:
+  """(N, M, C): for every point, the rows of channels-last ``xt`` (N, P, C) at its taps' flat
+  offsets ``flat`` (N, M, T), weighted by ``coef`` (N, M, T) and summed over the taps. Linear
+  in ``coef``; its transpose (``coef``'s cotangent, (N, M, T)) is each tap's row times the
+  cotangent summed over the channels, a ``_fused_sum`` sum that XLA computes with the row
+  gather inside its loop."""
+  rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat)
+  return jnp.sum(_fused_sum.broadcast_last(coef, xt.shape[-1]) * rows, axis=2)
+
+
 def _gather_rows(gather: Any, xt: jax.Array, *tables: jax.Array) -> jax.Array:
   """``gather(xt, *tables)``, the row gathers of channels-last ``xt`` (N, P, C) at the taps
   that ``tables`` (each (N, M, ...)) describe, giving (N, M, C): behind ``_materialised`` on
@@ -466,26 +479,33 @@ _interpolate.defjvp(_interpolate_jvp, symbolic_zeros=True)
 
 def _grid_jvp(x: jax.Array, g: jax.Array, tg: jax.Array, cfg: _Config,
               cdt: Any) -> tuple[jax.Array, jax.Array]:
-  """(samples, their tangent with respect to the grid), both (N, C, M). Row gathers give the
-  samples and, per axis, their derivative with respect to that axis' coordinate (the same rows
-  weighted by the derivatives of that axis' tap weights); the tangent is those derivatives
-  times the grid's tangent. Its transpose (the gradient with respect to the grid, e.g. a
-  spatial transformer's theta) multiplies the cotangent by the derivatives and sums over the
-  channels: nothing is gathered again or scattered, and the residuals are r arrays of the
-  samples' size, not the K**r gathered rows. Each output is its own pass of gathers
-  (``_gather_rows``): XLA would keep rows shared between them in memory.
+  """(samples, their tangent with respect to the grid), both (N, C, M). A tap's weight is the
+  product of its axes' weights, so its tangent is a sum over the axes of that product with one
+  axis' weight replaced by its derivative, times that axis' grid tangent: per point and tap, a
+  coefficient (N, M, T) linear in the grid's tangent. The tangent is the taps' rows weighted by
+  those coefficients (``_weighted_taps``, rematerialised). Its transpose, the gradient with
+  respect to the grid (e.g. a spatial transformer's theta), is per tap the cotangent's dot
+  product with the tap's row: one loop over the points that gathers each row again and sums
+  over the channels as it goes, with no sample-sized residual and no scatter. The
+  channels-last copy of ``x`` comes from a conditional (``_materialised``), so that the
+  gathers read its contiguous rows rather than the transposition fused into them.
   """
   # Each axis' weights depend on its own coordinate alone, so one tangent of ones gives every
   # axis' derivative.
   (index, weight, _), (_, slope, _) = jax.jvp(
       lambda b: _axis_tables(tuple(x.shape), b, cfg, cdt), (g,), (jnp.ones_like(g),))
-  xt = _pixel_rows(x, cdt)
-  out, *rates = [_samples(cdt, xt, index, ws)
-                 for ws in [weight] + [weight[:j] + [d] + weight[j + 1:]
-                                       for j, d in enumerate(slope)]]
-  # the tables run innermost axis first, as the grid's coordinates do
-  tangent = functools.reduce(operator.add, [d * tg[:, None, :, j] for j, d in enumerate(rates)])
-  return out, tangent
+  xt = (_materialised(lambda a: _pixel_rows(a, cdt), x) if x.size >= _MATERIALISE_MIN
+        else _pixel_rows(x, cdt))
+  out = _samples(cdt, xt, index, weight)
+  flat, coef = [], []
+  for taps in itertools.product(*[range(i.shape[-1]) for i in index]):
+    flat.append(functools.reduce(operator.add, [i[..., t] for i, t in zip(index, taps)]))
+    coef.append(functools.reduce(operator.add, [
+        functools.reduce(operator.mul, [(slope if a == j else weight)[a][..., t]
+                                        for a, t in enumerate(taps)]) * tg[..., j]
+        for j in range(len(index))]))
+  tangent = jax.checkpoint(_weighted_taps)(xt, jnp.stack(flat, -1), jnp.stack(coef, -1))
+  return out, tangent.transpose(0, 2, 1)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
