@@ -53,6 +53,8 @@ sum_last_p.def_impl(_sum_impl)
 broadcast_last_p.def_abstract_eval(lambda v, *, n: v.update(shape=v.shape + (n,)))
 sum_last_p.def_abstract_eval(lambda v: v.update(shape=v.shape[:-1]))
 mlir.register_lowering(broadcast_last_p, mlir.lower_fun(_broadcast_impl, multiple_results=False))
+
+
 def _sum_lowering(ctx: Any, v: Any) -> Any:
   # XLA's SPMD partitioner accepts only the reductions it knows (add, max, ...): a program
   # compiled for several devices sums with add, as jnp.sum does.

@@ -74,4 +74,6 @@ def test_interpolate_plans_match_torch(mode):
         continue  # docs/DEVIATIONS.md, jaxops.torch 2
       if _aa_backward_does_not_skip(shape, kw):
         continue  # docs/DEVIATIONS.md, jaxops.torch 3
+      if mode == "bicubic" and out == shape[2:] and not np.allclose(fwd, bwd, **TOL[dt]):
+        continue  # docs/DEVIATIONS.md, jaxops.torch 7
       np.testing.assert_allclose(mine, bwd, **TOL[dt], err_msg="backward " + msg)
