@@ -7,7 +7,9 @@ writes it. The device work is a sum per window and a division by the static
 divisor. An average window is a product of per-axis windows, so the sum is separable (and so is
 the divisor): one pass per pooled axis, either shifted slices of a (length / stride, stride)
 reshape or a 1-D ``lax.reduce_window`` (both sums of the zero-padded input, linear, and
-transposed by JAX into passes of the same kind for the gradient).
+transposed by JAX into passes of the same kind for the gradient). Unstrided windows of up to
+25 taps over several axes are summed in one pass instead, a shifted slice per tap, with the
+per-axis passes as their derivative (``window_sums``).
 
 Every opset version of AveragePool maps onto these keywords (the versions differ only in which
 attributes exist), so no private keyword is needed; see jaxops/onnx/_registry.py.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Sequence
@@ -160,7 +163,52 @@ def window_sums(x: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
   """The sum of the zero-padded ``x`` over each window of the trailing ``len(axes)`` axes.
 
   Linear in ``x`` (JAX transposes it into passes of the same kind). Shared with lp_pool.
+  Unstrided windows over two or more axes with few taps (``_stencil``) are summed in one pass
+  over every tap (``_stencil_sums``); everything else, and every derivative, one axis at a time
+  (``_axis_sums``).
   """
+  if _stencil(axes):
+    return _stencil_sums(x, axes)
+  return _axis_sums(x, axes)
+
+
+# Taps per window up to which an unstrided pool over several axes sums every tap in one pass.
+# Measured on the CPU (float32, 8x64x56x56): 3x3 dilated 2 and 5x5 about 1.7-2x faster than
+# the per-axis passes, whose intermediate is a full-size array; a 3x3x3 window (27 taps) level.
+_STENCIL_TAPS = 25
+
+
+def _stencil(axes: tuple[WindowAxis, ...]) -> bool:
+  pooled = [a for a in axes if a.k > 1]
+  return (len(pooled) >= 2 and all(a.s == 1 for a in axes)
+          and math.prod(a.k for a in axes) <= _STENCIL_TAPS)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _stencil_sums(x: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
+  """Unstrided window sums as one padded copy and a shifted slice per tap, which XLA fuses into
+  one pass (each output reads its taps from the cache) instead of a full-size intermediate per
+  axis. Its derivative is ``_axis_sums``: the transpose of the slices (a pad per tap) would
+  not fuse, while the per-axis passes transpose into passes of the same kind."""
+  lead = x.ndim - len(axes)
+  xp = lax.pad(x, np.zeros((), x.dtype), [(0, 0, 0)] * lead + [(a.lo, a.hi, 0) for a in axes])
+  terms = []
+  for taps in itertools.product(*[range(a.k) for a in axes]):
+    start = [0] * lead + [j * a.d for j, a in zip(taps, axes)]
+    limit = list(x.shape[:lead]) + [j * a.d + a.out for j, a in zip(taps, axes)]
+    terms.append(lax.slice(xp, start, limit))
+  return functools.reduce(operator.add, terms)
+
+
+@_stencil_sums.defjvp
+def _stencil_sums_jvp(axes: tuple[WindowAxis, ...], primals: tuple[jax.Array],
+                      tangents: tuple[jax.Array]) -> tuple[jax.Array, jax.Array]:
+  (x,), (t,) = primals, tangents
+  return _stencil_sums(x, axes), _axis_sums(t, axes)
+
+
+def _axis_sums(x: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
+  """``window_sums`` one pooled axis at a time."""
   lead = x.ndim - len(axes)
   # Innermost axis first. Per axis, the faster of two ways to sum the windows (measured on CPU):
   # shifted slices of a (length / stride, stride) reshape where the windows tile the axis or the
