@@ -14,9 +14,9 @@ padding, float32), in one process, each system in its own phase (torch first):
 * torch: ``grid_sample`` forward and ``backward()`` (the benchmark's peer);
 * jaxops: ``jax.grad`` of the sum of squares with respect to x and the grid (the benchmark's
   row), and the same with respect to each alone: x alone is the input's part of the tangent
-  (its transpose the blocks' scatter-add), the grid alone is the grid's part (three passes of
-  row gathers for the samples and their two per-axis derivatives, then a multiply and a channel
-  sum); the joint gradient runs both;
+  (its transpose the blocks' scatter-add), the grid alone is the grid's part (one pass of row
+  gathers for the samples, then per point one loop that gathers each tap's row again and takes
+  its dot product with the cotangent); the joint gradient runs both;
 * the scatter-add of every tap's weighted cotangent row into a channels-last image as a bare
   XLA op, its operands already in memory (so no page faults of their own for inputs): the floor
   of the x part in XLA's general scatter (4 taps x 131072 points x 32 channels);

@@ -247,3 +247,13 @@ def test_grid_sample_parts_command_at_tiny_sizes() -> None:
   assert [r.split(" | ")[0][2:] for r in rows] == [
       "torch forward + backward", "jaxops jax.grad (x, grid)", "jaxops jax.grad, x alone",
       "jaxops jax.grad, grid alone", "XLA scatter-add of the x cotangent"]
+
+
+def test_ort_spinning_command_at_tiny_sizes() -> None:
+  proc = _run("-m", "benchmarks.ort_spinning", "--tiny", "--runs", "1")
+  assert proc.returncode == 0, proc.stderr
+  rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "ms" not in line]
+  assert [r.split(" | ")[0][2:] for r in rows] == [
+      "MaxPool 3x3 s2 p1", "MaxPool 3x3x3 s2 p1", "AveragePool 3x3 d2 p2",
+      "GridSample bilinear zeros"]
+  assert all(len(r.split(" | ")) == 6 for r in rows)
