@@ -380,10 +380,15 @@ def _gather_rows(gather: Any, xt: jax.Array, *tables: jax.Array) -> jax.Array:
   that ``tables`` (each (N, M, ...)) describe, giving (N, M, C): behind ``_materialised`` on
   the CPU when there is enough work to pay for it."""
   n, m = tables[0].shape[:2]
-  if n * m * xt.shape[-1] < _MATERIALISE_MIN:
-    return gather(xt, *tables)
-  barrier = functools.partial(_materialised, gather)
-  return jax.lax.platform_dependent(xt, *tables, cpu=barrier, default=gather)
+  return _cpu_materialised(gather, n * m * xt.shape[-1], xt, *tables)
+
+
+def _cpu_materialised(fn: Any, work: int, *args: jax.Array) -> Any:
+  """``fn(*args)``, behind ``_materialised`` on the CPU where ``work`` (elements) pays for the
+  conditional's fixed cost."""
+  if work < _MATERIALISE_MIN:
+    return fn(*args)
+  return jax.lax.platform_dependent(*args, cpu=functools.partial(_materialised, fn), default=fn)
 
 
 # Samples (points x channels) from which the row gathers run behind ``_materialised``: below it
@@ -434,15 +439,19 @@ def _tap_table(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
                cdt: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Every tap of every point of ``g`` (N, M, r): (its pixel's flat index (N, M, T) within its
   image, int32; its weight (N, M, T), 0 for a tap outside the input; the NaN flag (N, M))."""
-  n, m = x_shape[0], g.shape[1]
   index, weight, bad = _axis_tables(x_shape, g, cfg, cdt)
-  flat = jnp.zeros((n, m, 1), jnp.int32)
-  w = jnp.ones((n, m, 1), cdt)
-  for idx, wa in zip(index, weight):
-    taps = flat.shape[-1] * idx.shape[-1]  # explicit: a -1 cannot be inferred from zero size
-    flat = (flat[..., :, None] + idx[..., None, :]).reshape(n, m, taps)
-    w = (w[..., :, None] * wa[..., None, :]).reshape(n, m, taps)
-  return flat, w, bad
+  return _over_taps(index, operator.add), _over_taps(weight, operator.mul), bad
+
+
+def _over_taps(tables: list[jax.Array], op: Any) -> jax.Array:
+  """(N, M, T): ``op`` over the axes of one value per axis from ``tables`` (each (N, M, K)),
+  for every combination of one tap per axis, the first axis outermost (flat offsets with
+  ``operator.add``, weights with ``operator.mul``)."""
+  out = tables[0]
+  for t in tables[1:]:
+    taps = out.shape[-1] * t.shape[-1]  # explicit: a -1 cannot be inferred from zero size
+    out = op(out[..., :, None], t[..., None, :]).reshape(out.shape[:2] + (taps,))
+  return out
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
@@ -487,24 +496,20 @@ def _grid_jvp(x: jax.Array, g: jax.Array, tg: jax.Array, cfg: _Config,
   respect to the grid (e.g. a spatial transformer's theta), is per tap the cotangent's dot
   product with the tap's row: one loop over the points that gathers each row again and sums
   over the channels as it goes, with no sample-sized residual and no scatter. The
-  channels-last copy of ``x`` comes from a conditional (``_materialised``), so that the
-  gathers read its contiguous rows rather than the transposition fused into them.
+  channels-last copy of ``x`` comes from a conditional on the CPU (``_materialised``), so that
+  the gathers read its contiguous rows rather than the transposition fused into them.
   """
   # Each axis' weights depend on its own coordinate alone, so one tangent of ones gives every
   # axis' derivative.
   (index, weight, _), (_, slope, _) = jax.jvp(
       lambda b: _axis_tables(tuple(x.shape), b, cfg, cdt), (g,), (jnp.ones_like(g),))
-  xt = (_materialised(lambda a: _pixel_rows(a, cdt), x) if x.size >= _MATERIALISE_MIN
-        else _pixel_rows(x, cdt))
+  xt = _cpu_materialised(lambda a: _pixel_rows(a, cdt), x.size, x)
   out = _samples(cdt, xt, index, weight)
-  flat, coef = [], []
-  for taps in itertools.product(*[range(i.shape[-1]) for i in index]):
-    flat.append(functools.reduce(operator.add, [i[..., t] for i, t in zip(index, taps)]))
-    coef.append(functools.reduce(operator.add, [
-        functools.reduce(operator.mul, [(slope if a == j else weight)[a][..., t]
-                                        for a, t in enumerate(taps)]) * tg[..., j]
-        for j in range(len(index))]))
-  tangent = jax.checkpoint(_weighted_taps)(xt, jnp.stack(flat, -1), jnp.stack(coef, -1))
+  # the tables run innermost axis first, as the grid's coordinates do
+  coef = functools.reduce(operator.add, [
+      _over_taps(weight[:j] + [d] + weight[j + 1:], operator.mul) * tg[..., j, None]
+      for j, d in enumerate(slope)])
+  tangent = jax.checkpoint(_weighted_taps)(xt, _over_taps(index, operator.add), coef)
   return out, tangent.transpose(0, 2, 1)
 
 

@@ -272,10 +272,11 @@ def _vectorized_2d(axes: tuple[tuple[int, int, float | None], ...]) -> bool:
 def _interp_tables(cfg: _Interp) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
   dt = np.float64 if cfg.cdtype == "float64" else np.float32
   out = []
+  vectorized = _vectorized_2d(cfg.axes)
   for n_in, n_out, scale in cfg.axes:
     if cfg.kind in ("nearest", "nearest-exact"):
       idx = _nearest_table(dt, n_in, n_out, scale, cfg.kind == "nearest-exact",
-                           _vectorized_2d(cfg.axes))[:, None]
+                           vectorized)[:, None]
       tab = (idx, np.ones(idx.shape))
     elif cfg.kind == "area":
       tab = _adaptive_table(n_in, n_out)
