@@ -270,6 +270,28 @@ def test_gradients_equal_torch_autograd(mode, tmode, padding_mode):
   np.testing.assert_allclose(np.asarray(dg), tg.grad.numpy(), rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("mode, tmode", [("linear", "bilinear"), ("cubic", "bicubic")])
+@pytest.mark.parametrize("g_shape", [(2, 4, 3, 2), (2, 48, 45, 2)])  # small; materialised path
+def test_nan_point_has_zero_gradient(mode, tmode, g_shape):
+  """A NaN coordinate's sample is NaN and passes no gradient: with the loss sum(y ** 2), whose
+  cotangent is NaN there, x's gradient is torch's for the grid with that point moved far
+  outside the input (where it reads nothing), and the point's grid gradient is 0."""
+  rng = np.random.default_rng(13)
+  x = rng.standard_normal((2, 16, 9, 11))
+  g = rng.uniform(-1.2, 1.2, g_shape)
+  gn, gfar = g.copy(), g.copy()
+  gn[1, 2, 1, 0] = np.nan
+  gfar[1, 2, 1] = 9.0
+  dx, dg = jax.grad(lambda a, b: jnp.sum(jaxops.grid_sample(a, b, mode=mode) ** 2),
+                    argnums=(0, 1))(x, gn)
+  tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(gfar, requires_grad=True)
+  (torch.nn.functional.grid_sample(tx, tg, mode=tmode, align_corners=False) ** 2).sum().backward()
+  np.testing.assert_allclose(np.asarray(dx), tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+  want_g = tg.grad.numpy()
+  want_g[1, 2, 1] = 0.0
+  np.testing.assert_allclose(np.asarray(dg), want_g, rtol=1e-9, atol=1e-10)
+
+
 def test_3d_gradients_equal_torch_autograd():
   rng = np.random.default_rng(12)
   x = rng.standard_normal((2, 2, 3, 4, 5))
