@@ -18,14 +18,19 @@ channel vectors and a multiply-add into the bin's accumulator, fused into one lo
 rois so that no (taps x channels) intermediate exists. With adaptive counts the rois are sorted
 by the samples they need, and each chunk runs the tap plan sized for its largest box (a static
 ladder of sizes, the rows a bin reads merged), or the general plan when its boxes need more; the
-derivatives of that path come from the general plan. ``mode="max"`` needs each sample's value,
-so it always gathers; with ``sampling_ratio=0`` pass ``max_sampling_ratio`` to bound its cost.
+derivatives of that path come from the general plan. ``mode="max"`` needs each sample's value:
+calls with many output elements run a loop over the samples on chunks of rois (each sample's
+four corner rows gathered, weighted and folded into a running maximum, one fused loop per
+sample; adaptive counts loop only as far as each chunk's largest count); smaller calls and the
+derivatives gather every sample's corner rows at once (the static bound with adaptive counts:
+pass ``max_sampling_ratio`` to bound that cost).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import Any
 
 import jax
@@ -94,9 +99,13 @@ def roi_align(x: ArrayLike, rois: ArrayLike, batch_indices: ArrayLike, *, mode: 
   boxes by their counts and sizes each chunk of boxes by its largest count, rounded up to a rung
   ``k`` of a short static ladder (cost per roi about ``C * output_height * output_width *
   min(2k, k + 2) ** 2`` multiply-adds, for counts up to a few); otherwise, and for larger counts,
-  it uses per-axis weight matrices (cost per roi about ``C * output_height * H * W * N``). ``mode="max"`` evaluates every sample (cost per roi about ``4 * C
-  * output_height * output_width * (H + 2) * (W + 2)``). ``max_sampling_ratio`` (static) caps the
-  adaptive count at ``min(g, max_sampling_ratio)`` and bounds the cost by it; it is exact for
+  it uses per-axis weight matrices (cost per roi about ``C * output_height * H * W * N``).
+  ``mode="max"``, for calls with many output elements, loops over the samples on chunks of boxes,
+  as far as each chunk's largest count (cost per roi about ``4 * C * output_height *
+  output_width * g_h * g_w`` for that largest count); smaller calls, and the derivatives,
+  evaluate every sample of the static bound (cost per roi about ``4 * C * output_height *
+  output_width * (H + 2) * (W + 2)``, and that much memory). ``max_sampling_ratio`` (static) caps
+  the adaptive count at ``min(g, max_sampling_ratio)`` and bounds the cost by it; it is exact for
   boxes whose adaptive count does not exceed it.
 
   Args:
@@ -269,7 +278,17 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
   if cfg.mode is Mode.AVG:
     out = _avg(xt, rois, b, cfg, h, w_len, cdt)                            # (R, P, Q, C)
     return out.transpose(0, 3, 1, 2).astype(x.dtype)
+  out = _max(xt, rois, b, cfg, h, w_len, cdt)                              # (R, P, Q, C)
+  return out.transpose(0, 3, 1, 2).astype(x.dtype)
+
+
+def _max_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int,
+                 w_len: int, cdt: Any) -> jax.Array:
+  """mode="max", ``(R, P, Q, C)``: every sample of every bin gathered at once (the corner rows
+  of all of them, ``(R, P * Q * Ky * Kx * 4, C)``), then the maxima. Its derivative is the
+  derivative of ``max_pool``-like reductions: at ties the maximum's gradient is shared."""
   num = rois.shape[0]
+  c = xt.shape[2]
   iy, wy, vy, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
   ix, wx, vx, outx, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
   # (R, P, K, 2) x (R, Q, K, 2) corner taps of each sample
@@ -283,11 +302,91 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
     vals = jnp.sum(wts[..., None] * rows, axis=(5, 6))                     # (R,P,Q,Ky,Kx,C)
   ok = vy[:, :, None, :, None] & vx[:, None, :, None, :]                    # (R,P,Q,Ky,Kx)
   vals = jnp.where(ok[..., None], vals, -jnp.inf)
-  out = jnp.max(vals, axis=(3, 4))                                          # (R,P,Q,C)
+  return _max_finish(jnp.max(vals, axis=(3, 4)), outy, outx)
+
+
+def _max_finish(out: jax.Array, outy: jax.Array, outx: jax.Array) -> jax.Array:
+  """The bins' maxima ``(R, P, Q, C)`` (-inf where a bin has no sample) as RoiAlign gives them:
+  a bin with samples outside the map also counts their value 0; a bin with none gives 0."""
   some_out = outy[:, :, None] | outx[:, None, :]
   out = jnp.where(some_out[..., None], jnp.maximum(out, 0.0), out)
-  out = jnp.where(jnp.isneginf(out), 0.0, out)  # a bin with no samples
-  return out.transpose(0, 3, 1, 2).astype(x.dtype)
+  return jnp.where(jnp.isneginf(out), 0.0, out)
+
+
+def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_len: int,
+         cdt: Any) -> jax.Array:
+  """mode="max": ``(R, P, Q, C)``. Calls with many output elements take the sample loop on
+  chunks of rois (``_max_samples``), whose derivative is the general plan's; smaller ones, and
+  the derivatives, the general plan."""
+  general = functools.partial(_max_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+  c = xt.shape[2]
+  num = rois.shape[0]
+  if num * cfg.out_h * cfg.out_w * c < _MIN_ELEMENTS:
+    return general(xt, rois, b)
+  chunk = max(1, min(num, _CHUNK_BYTES // (cfg.out_h * cfg.out_w * c * np.dtype(cdt).itemsize)))
+
+  @jax.custom_jvp
+  def sample_loop(xt: jax.Array, rois: jax.Array, b: jax.Array) -> jax.Array:
+    body = functools.partial(_max_samples, xt, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+    return _chunked(body, rois, b, chunk)
+
+  @sample_loop.defjvp
+  def _(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
+    _, dout = jax.jvp(lambda a, r: general(a, r, primals[2]), primals[:2], tangents[:2])
+    return sample_loop(*primals), dout
+
+  return sample_loop(xt, rois, b)
+
+
+def _max_samples(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int,
+                 w_len: int, cdt: Any) -> jax.Array:
+  """The sample loop of mode="max", ``(R, P, Q, C)``: for each sample of the bins (a loop over
+  the rows' samples; the columns' unrolled for a fixed ratio up to 8, else a loop too; adaptive
+  counts loop only as far as the chunk's largest count), its four corner rows
+  gathered from the channels-last ``xt`` and weighted, and a running maximum, all in one fused
+  loop per sample: no ``(samples x channels)`` intermediate, where the general plan
+  materialises every sample's corner rows (512 rois, 7x7 bins, 2x2 samples, 256 channels:
+  411 MB)."""
+  iy, wy, vy, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
+  ix, wx, vx, outx, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
+  base = b[:, None, None] * (h * w_len)
+  table = xt.reshape(-1, xt.shape[2])
+  combine = jnp.maximum if cfg.corner_max else operator.add
+
+  def sample(ky: Any, kx: Any, acc: jax.Array) -> jax.Array:
+    iy_k = jax.lax.dynamic_index_in_dim(iy, ky, axis=2, keepdims=False)   # (R, P, 2)
+    wy_k = jax.lax.dynamic_index_in_dim(wy, ky, axis=2, keepdims=False)
+    vy_k = jax.lax.dynamic_index_in_dim(vy, ky, axis=2, keepdims=False)   # (R, P)
+    ix_k = jax.lax.dynamic_index_in_dim(ix, kx, axis=2, keepdims=False)   # (R, Q, 2)
+    wx_k = jax.lax.dynamic_index_in_dim(wx, kx, axis=2, keepdims=False)
+    vx_k = jax.lax.dynamic_index_in_dim(vx, kx, axis=2, keepdims=False)
+
+    def corner(a: int, e: int) -> jax.Array:  # (R, P, Q, C)
+      wt = wy_k[:, :, None, a] * wx_k[:, None, :, e]
+      flat = base + iy_k[:, :, None, a] * w_len + ix_k[:, None, :, e]
+      return wt[..., None] * table.at[flat].get(mode="promise_in_bounds")
+
+    val = functools.reduce(combine, [corner(a, e) for a in range(2) for e in range(2)])
+    ok = vy_k[:, :, None] & vx_k[:, None, :]
+    return jnp.maximum(acc, jnp.where(ok[..., None], val, -jnp.inf))
+
+  # A bin's valid samples come first (``_axis``), so the chunk needs as many samples per axis as
+  # its bins have valid ones at most: with adaptive counts the loops run to that (traced) count
+  # rather than to the static bound.
+  adaptive = cfg.sampling_ratio == 0
+  ny = jnp.max(jnp.sum(vy, axis=-1)) if adaptive else iy.shape[2]
+  nx = jnp.max(jnp.sum(vx, axis=-1)) if adaptive else ix.shape[2]
+
+  def row(ky: Any, acc: jax.Array) -> jax.Array:
+    if not adaptive and ix.shape[2] <= 8:
+      for kx in range(ix.shape[2]):
+        acc = sample(ky, kx, acc)
+      return acc
+    return jax.lax.fori_loop(0, nx, lambda kx, a: sample(ky, kx, a), acc)
+
+  acc = jnp.full((rois.shape[0], cfg.out_h, cfg.out_w, xt.shape[2]), -jnp.inf, cdt)
+  acc = jax.lax.fori_loop(0, ny, row, acc)
+  return _max_finish(acc, outy, outx)
 
 
 # The tap plan (one gather and multiply-add per pair of rows read, accumulated in registers)

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import onnxruntime as ort
 import pytest
+from jax.test_util import check_grads
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
@@ -208,3 +209,54 @@ def test_tap_plan_chunks_against_onnxruntime():
   got = np.asarray(jaxops.roi_align(x, rois, bi, **attrs))
   np.testing.assert_allclose(got[~bad], _ort(16, x, rois[~bad], bi[~bad], **attrs), rtol=2e-5,
                              atol=2e-5)
+
+
+def test_max_sample_loop_against_onnxruntime_and_sub_bins():
+  # mode="max" calls above _MIN_ELEMENTS take the sample loop (chunks of rois, one fused loop per
+  # sample, adaptive counts looping to each chunk's largest count). The ONNX front end's max of
+  # weighted corners against onnxruntime on every roi; jaxops.roi_align's own max (the largest
+  # interpolated sample) against onnx.reference's sub-bin averages on some of them.
+  rng = np.random.default_rng(6)
+  h, w, c, num = 9, 11, 64, 400
+  assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
+  assert num > 2 * (_roi_align._CHUNK_BYTES // (7 * 7 * c * 4))
+  x = rng.standard_normal((2, c, h, w)).astype(np.float32)
+  bi = rng.integers(0, 2, num).astype(np.int64)
+  for opset, attrs in [(16, dict(sampling_ratio=2, spatial_scale=0.5)),
+                       (16, dict(sampling_ratio=0, spatial_scale=0.5)),
+                       (10, dict(sampling_ratio=0, spatial_scale=1.0,
+                                 coordinate_transformation_mode="output_half_pixel")),
+                       (16, dict(sampling_ratio=3, spatial_scale=2.0))]:
+    attrs = dict(dict(mode="max", output_height=7, output_width=7,
+                      coordinate_transformation_mode="half_pixel"), **attrs)
+    rois = _large_boxes(rng, num, h, w, attrs["spatial_scale"], reach=3)
+    node = _node(opset, **attrs)
+    got = np.asarray(Backend.run_node(node, [x, rois, bi], opset_version=opset)[0])
+    np.testing.assert_allclose(got, _ort(opset, x, rois, bi, **attrs), rtol=2e-5, atol=2e-5,
+                               err_msg=f"{opset} {attrs}")
+    spec = np.asarray(jax.jit(lambda a, r, b, kw=attrs: jaxops.roi_align(a, r, b, **kw))(
+        x, rois, bi))
+    half = attrs["coordinate_transformation_mode"] == "half_pixel"
+    off = 0.5 if half else 0.0
+    for r in range(0, num, 23):
+      s = np.float32(attrs["spatial_scale"])
+      size = (rois[r, 2:] * s - off) - (rois[r, :2] * s - off)  # (w, h)
+      if not half:
+        size = np.maximum(size, 1.0)
+      gw, gh = (attrs["sampling_ratio"] or int(np.ceil(v / 7)) for v in size)
+      if gh == 0 or gw == 0:
+        np.testing.assert_array_equal(spec[r], 0.0)
+        continue
+      sub = dict(attrs, mode="avg", sampling_ratio=1, output_height=7 * gh, output_width=7 * gw)
+      fine = _reference(x, rois[r:r + 1], bi[r:r + 1], **sub)
+      want = fine.reshape(c, 7, gh, 7, gw).max(axis=(2, 4))
+      np.testing.assert_allclose(spec[r], want, rtol=2e-5, atol=2e-5, err_msg=f"{r} {attrs}")
+  # the derivatives (the general plan's) against central differences, float64
+  with jax.enable_x64():
+    xs = rng.standard_normal((2, 16, 6, 7))
+    rois = np.array([[0.7, 0.6, 4.3, 3.9], [1.2, 0.3, 5.4, 4.2]] * 45)
+    b = np.tile([1, 0], 45)
+    assert len(rois) * 7 * 7 * 16 >= _roi_align._MIN_ELEMENTS
+    f = lambda v, r: jaxops.roi_align(v, r, b, mode="max", output_height=7,  # noqa: E731
+                                      output_width=7, sampling_ratio=2)
+    check_grads(f, (xs, rois), order=1, modes=("fwd", "rev"), eps=1e-6)
