@@ -182,6 +182,8 @@ HEADLINE = (
      "AffineGrid+GridSample 2d bilinear theta bwd"),
     ("RoiAlign 7x7 sampling_ratio 2, 512 boxes", "RoiAlign avg 7x7 sampling_ratio 2 fwd", None),
     ("RoiAlign 7x7 sampling_ratio 0 (adaptive)", "RoiAlign avg 7x7 sampling_ratio 0 fwd", None),
+    ("RoiAlign max 7x7 sampling_ratio 2 (ONNX front end)", "RoiAlign max 7x7 sampling_ratio 2 fwd",
+     None),
 )
 
 # The jaxops.torch rows: (work, forward label, backward label or None); their table also shows

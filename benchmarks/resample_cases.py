@@ -208,9 +208,13 @@ def _rois(ctx: Context, n: int, batch: int, h: int, w: int, scale: float) -> tup
   return rois, rng.integers(0, batch, n).astype(np.int64)
 
 
-def _roi_align(sampling_ratio: int) -> Any:
+def _roi_align(sampling_ratio: int, mode: str = "avg") -> Any:
+  """RoiAlign on a detection-like map. mode="max" times what the ONNX front end runs (the largest
+  weighted corner value, as onnxruntime computes it; ``jaxops.roi_align``'s own max, the largest
+  interpolated sample, is the same loop with a sum of the corners)."""
   def build(ctx: Context) -> tuple[Builder, tuple[int, int], Any]:
     import jaxops
+    from jaxops import _roi_align
     shape = (1, 2, 6, 7) if ctx.tiny else ROI_X
     n = 4 if ctx.tiny else ROI_N
     scale = 0.0625
@@ -219,11 +223,17 @@ def _roi_align(sampling_ratio: int) -> Any:
     b = Builder(ctx.jax_device(), x)
     kw = dict(output_height=7, output_width=7, sampling_ratio=sampling_ratio,
               spatial_scale=scale)
-    b.add("jaxops", lambda: b.jax(lambda a, r, i: jaxops.roi_align(a, r, i, **kw), x, rois, bi))
+    if mode == "avg":
+      b.add("jaxops", lambda: b.jax(lambda a, r, i: jaxops.roi_align(a, r, i, **kw), x, rois,
+                                    bi))
+    else:
+      cfg = _roi_align._config("max", 7, 7, sampling_ratio, scale, "half_pixel", None, True)
+      b.add("jaxops", lambda: b.jax(lambda a, r, i: _roi_align._roi_align_checked(a, r, i, cfg),
+                                    x, rois, bi))
     if ctx.device == "cpu":
       b.add("onnxruntime", lambda: ort_system(
           "RoiAlign", {"x": x, "r": rois, "b": bi}, node_inputs=["x", "r", "b"],
-          attrs=dict(kw, coordinate_transformation_mode="half_pixel"), opset=16,
+          attrs=dict(kw, mode=mode, coordinate_transformation_mode="half_pixel"), opset=16,
           threads=ctx.threads))
     else:
       b.skip("onnxruntime", ORT_NOT_ON_GPU)
@@ -239,4 +249,5 @@ SPECS = tuple(
      for name in GRID_CASES for p in ("fwd", "bwd")]
     + [Spec("AffineGrid+GridSample", "2d bilinear theta", p, _affine(p == "bwd"))
        for p in ("fwd", "bwd")]
-    + [Spec("RoiAlign", f"avg 7x7 sampling_ratio {sr}", "fwd", _roi_align(sr)) for sr in (2, 0)])
+    + [Spec("RoiAlign", f"avg 7x7 sampling_ratio {sr}", "fwd", _roi_align(sr)) for sr in (2, 0)]
+    + [Spec("RoiAlign", "max 7x7 sampling_ratio 2", "fwd", _roi_align(2, "max"))])
