@@ -131,7 +131,10 @@ class Phases(NamedTuple):
   those in ``fix``, and every live tap column ``k``: ``idx[a*q + p, k]`` equals
   ``b*q + off[p, k]`` clamped to ``[0, n_in)``, and ``w[a*q + p, k]`` equals ``w_p[p, k]``
   (exactly, or within a few float64 units of rounding for rational periods, whose weights are
-  computed per output: far below the float32 and float64 rounding of the sums). The blocks in
+  computed per output: far below the float32 and float64 rounding of the sums), or, where
+  ``w_q`` is not None, ``w_q[q, p, k]``: tables whose taps repeat but whose weights change from
+  block to block (align_corners upsampling by an integer factor: output ``2q + 1`` of 256 -> 512
+  reads inputs ``q`` and ``q + 1`` with weight ``(2q + 1) / 1022`` on the second). The blocks in
   ``fix`` (a few, at the edges) are computed from the table itself.
   """
 
@@ -141,6 +144,7 @@ class Phases(NamedTuple):
   w_p: np.ndarray     # (a, K) weights of each phase
   live: np.ndarray    # (K,) bool: tap columns that are not all zero (the ones read)
   fix: tuple[int, ...]
+  w_q: np.ndarray | None = None  # (blocks, a, K) per-block weights, where they vary
 
 
 # The phase form is used for tables with at most this many phases, this many live taps, at least
@@ -172,9 +176,17 @@ def find_phases(t: Table) -> Phases | None:
   # Weights of a rational period are computed per output in float64 and may differ from block
   # to block in the last bits; up to PHASE_WEIGHT_ULPS units of rounding they count as equal.
   tol = PHASE_WEIGHT_ULPS * np.finfo(np.float64).eps * np.maximum(np.abs(w_p), 1.0)
-  same = (idx == want) & (np.abs(w - w_p[None]) <= tol[None])
+  same_idx = idx == want
+  same = same_idx & (np.abs(w - w_p[None]) <= tol[None])
   ok = np.all(same | ~live, axis=(1, 2))
+  fix = tuple(int(i) for i in np.flatnonzero(~ok))
+  if len(fix) <= MAX_FIX:
+    return Phases(a, b, off, w_p, live, fix)
+  # The taps repeat but the weights do not: each block takes its own weights.
+  ok = np.all(same_idx | ~live, axis=(1, 2))
   fix = tuple(int(i) for i in np.flatnonzero(~ok))
   if len(fix) > MAX_FIX:
     return None
-  return Phases(a, b, off, w_p, live, fix)
+  w_q = w.copy()
+  w_q.setflags(write=False)
+  return Phases(a, b, off, w_p, live, fix, w_q)

@@ -173,8 +173,9 @@ def _transposed(idx: np.ndarray, w: np.ndarray, n_in: int) -> tuple:
 
 
 def test_phase_path_cases_and_fallbacks():
-  # 2x linear (half_pixel, clamped edges), nearest copies and 98/56 take the phase form;
-  # align_corners 2x (not periodic), cubic (4 taps) and short axes do not.
+  # 2x linear (half_pixel, clamped edges), nearest copies and 98/56 take the phase form, and so
+  # does align_corners 2x, whose taps repeat but whose weights change from block to block (a
+  # weight per block); cubic (4 taps) and short axes do not.
   ih, wh = _resize_table(256, 512)
   assert _taps_table.table(ih, wh, 256).phases() is not None
   i7, w7 = _resize_table(56, 98)
@@ -184,7 +185,13 @@ def test_phase_path_cases_and_fallbacks():
   pos = np.arange(512) * 255 / 511
   i0 = np.minimum(np.floor(pos).astype(np.int64), 254)
   ac_idx, ac_w = np.stack([i0, i0 + 1], 1), np.stack([1 - (pos - i0), pos - i0], 1)
-  assert _taps_table.table(ac_idx, ac_w, 256).phases() is None
+  ph = _taps_table.table(ac_idx, ac_w, 256).phases()
+  assert ph is not None and ph.w_q is not None and (ph.a, ph.b) == (2, 1)
+  assert _taps_table.table(ih, wh, 256).phases().w_q is None  # constant weights stay scalars
+  xa = np.random.default_rng(1).standard_normal((3, 2, 256))
+  ya = jax.jit(lambda v: apply_taps(v, -1, ac_idx, ac_w))(xa)
+  np.testing.assert_allclose(np.asarray(ya), _oracle(xa, 2, ac_idx, ac_w), rtol=1e-12,
+                             atol=1e-12)
   rng = np.random.default_rng(0)
   ic, wc = _periodic_table(rng, 64, 2, 1, 4)
   assert _taps_table.table(ic, wc, 64).phases() is None
