@@ -76,6 +76,52 @@ def test_max_sampling_ratio_caps_the_count():
                                     sampling_ratio=1)), rtol=1e-12)
 
 
+def _oracles(x, rois, **attrs):
+  """onnxruntime (RoiAlign-16) and onnx.reference on one image's boxes."""
+  import onnxruntime as ort
+  from onnx import TensorProto
+  dt = TensorProto.DOUBLE if x.dtype == np.float64 else TensorProto.FLOAT
+  node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], **attrs)
+  graph = helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", dt, x.shape),
+                    helper.make_tensor_value_info("r", dt, rois.shape),
+                    helper.make_tensor_value_info("b", TensorProto.INT64, [len(rois)])],
+      [helper.make_tensor_value_info("y", dt, None)])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+  model.ir_version = 8
+  feeds = {"x": x, "r": rois, "b": np.zeros(len(rois), np.int64)}
+  return (ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, feeds)[0],
+          ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("case", ["count", "edge_low", "edge_high"])
+def test_divisions_are_rounded_once_as_the_reference_divides(case):
+  # XLA rewrites x / 7 into x * (1 / 7): ceil(21 / 7) came out as 4 samples per bin (float32),
+  # and samples lying exactly on the map's edge (y = -1: -3.5 + 7.5 / 3; x = W: 35 / 7) landed
+  # one rounding outside it and read nothing. Found by a fuzz against both oracles.
+  if case == "count":  # width 21 over 7 bins: 3 samples per bin, not 4
+    x = (np.arange(30, dtype=np.float32) ** 2).reshape(1, 1, 1, 30)
+    rois = np.array([[0.0, 0.0, 21.0, 1.0]], np.float32)
+    attrs = dict(output_height=1, output_width=7, sampling_ratio=0,
+                 coordinate_transformation_mode="output_half_pixel")
+  elif case == "edge_low":  # y samples -1, 4, 9 on a 1 x 1 map: the first reads it
+    x = np.ones((1, 1, 1, 1))
+    rois = np.array([[0.0, -3.0, 1.0, 12.0]])
+    attrs = dict(output_height=1, output_width=1, sampling_ratio=3)
+  else:  # the last bin's last x sample is 35 / 7 = 5 = W
+    x = np.ones((1, 1, 1, 5), np.float32)
+    rois = np.array([[0.0, 0.0, 6.0, 1.0]], np.float32)
+    attrs = dict(output_height=1, output_width=7, sampling_ratio=3,
+                 coordinate_transformation_mode="output_half_pixel")
+  got = np.asarray(jax.jit(lambda a, r: jaxops.roi_align(a, r, np.zeros(len(r), np.int64),
+                                                         **attrs))(x, rois))
+  want_ort, want_ref = _oracles(x, rois, **attrs)
+  tol = 1e-6 if x.dtype == np.float32 else 1e-12
+  np.testing.assert_allclose(got, want_ort, rtol=tol, atol=tol)
+  np.testing.assert_allclose(got, want_ref, rtol=tol, atol=tol)
+
+
 def test_errors():
   r, b = np.zeros((1, 4)), np.zeros((1,), np.int64)
   with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `mode`.*'avg'"):
