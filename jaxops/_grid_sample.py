@@ -165,7 +165,7 @@ def _reflect(u: Any, length: int, align_corners: bool) -> Any:
     return jnp.zeros_like(u)
   v = jnp.abs(u - lo)
   extra = jnp.fmod(v, span)
-  flips = jnp.floor(v / span)
+  flips = jnp.floor(_interp.divide(v, span))  # an exact multiple of span reflects as torch does
   return jnp.where(jnp.fmod(flips, 2) == 0, lo + extra, hi - extra)
 
 

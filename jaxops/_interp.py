@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from jaxops import _checks
 
 
@@ -67,3 +70,21 @@ def taps(xp: Any, mode: str, u: Any, a: float = -0.75) -> tuple[Any, Any]:
   offsets = (-1.0, 0.0, 1.0, 2.0)
   w = xp.stack([kernel(xp, "cubic", o - frac, a) for o in offsets], axis=-1)
   return base - 1, w
+
+
+def divide(a: Any, b: Any) -> Any:
+  """``a / b`` (jnp) rounded once, as C divides. XLA rewrites a division by a value it can see as
+  a constant, or by a broadcast value, into a multiplication by the reciprocal: in float32
+  ``21 / 7`` then gives 3.0000002, whose ceiling (roi_align's sample count) is 4, and whose
+  floor decides which border grid_sample's reflection lands on. The divisor is broadcast to
+  the quotient's shape and passed through an optimization barrier, which XLA cannot look
+  through.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxops._interp import divide
+    >>> float(jax.jit(lambda v: divide(v, 7))(jnp.float32(21.0)))
+    3.0
+  """
+  a, b = jnp.broadcast_arrays(a, jnp.asarray(b, jnp.result_type(a)))
+  return a / jax.lax.optimization_barrier(b)

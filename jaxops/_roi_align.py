@@ -39,6 +39,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxops import _checks
+from jaxops import _interp
 
 _OP = "jaxops.roi_align"
 _FLOATS = tuple(np.dtype(d) for d in (jnp.bfloat16, jnp.float16, jnp.float32, jnp.float64))
@@ -187,18 +188,6 @@ def _samples_per_axis(cfg: _Config, length: int) -> int:
   return bound if cfg.max_sampling_ratio is None else min(cfg.max_sampling_ratio + 1, bound)
 
 
-def _div(a: Any, b: Any) -> Any:
-  """``a / b`` rounded once, as the reference's C division. XLA rewrites a division by a value it
-  can see as a constant (the output size, a fixed sampling ratio) into a multiplication by its
-  reciprocal: in float32 ``21 / 7`` then gives 3.0000002, whose ceiling is 4 samples per bin
-  instead of 3, and a sample that lies exactly on the map's edge (``y == -1`` or ``y == H``)
-  lands one rounding outside it. It also rewrites a division by a broadcast value that way, so the
-  divisor is broadcast to the quotient's shape and passed through an optimization barrier,
-  which XLA cannot look through."""
-  a, b = jnp.broadcast_arrays(a, jnp.asarray(b, jnp.result_type(a)))
-  return a / jax.lax.optimization_barrier(b)
-
-
 def _count(cfg: _Config, lo: Any, hi: Any, pooled: int, cdt: Any) -> tuple[Any, Any, Any]:
   """Per roi and axis: the scaled start, the bin size and the sample count g."""
   offset = 0.5 if cfg.half_pixel else 0.0
@@ -207,7 +196,7 @@ def _count(cfg: _Config, lo: Any, hi: Any, pooled: int, cdt: Any) -> tuple[Any, 
   size = end - start
   if not cfg.half_pixel:
     size = jnp.maximum(size, 1.0)
-  bin_size = _div(size, pooled)
+  bin_size = _interp.divide(size, pooled)
   if cfg.sampling_ratio > 0:
     g = jnp.full_like(size, cfg.sampling_ratio)
   else:
@@ -228,7 +217,7 @@ def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any,
   p = jnp.arange(pooled, dtype=cdt)
   bin_start = start[:, None] + p[None, :] * bin_size[:, None]            # (R, P)
   safe_g = jnp.maximum(g, 1.0)[:, None]
-  step = _div(bin_size[:, None], safe_g)
+  step = _interp.divide(bin_size[:, None], safe_g)
   kk = jnp.arange(k, dtype=cdt)
   if cfg.sampling_ratio > 0:
     first = jnp.zeros_like(bin_start)
@@ -236,7 +225,7 @@ def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any,
     first = jnp.ceil((-1.0 - bin_start) / jnp.where(step > 0, step, 1.0) - 0.5) - 1
     first = jax.lax.stop_gradient(jnp.clip(first, 0, None))
   i = first[..., None] + kk[None, None, :]                                                # (R, P, K)
-  y = bin_start[..., None] + _div((i + 0.5) * bin_size[:, None, None], safe_g[..., None])
+  y = bin_start[..., None] + _interp.divide((i + 0.5) * bin_size[:, None, None], safe_g[..., None])
   valid = i < g[:, None, None]
   inside = (y >= -1.0) & (y <= length)
   yc = jnp.clip(y, 0, length - 1)

@@ -81,6 +81,25 @@ class TestValues(chex.TestCase):
     np.testing.assert_allclose(np.asarray(y1).ravel(), [2.5], rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reflection_at_exact_multiples_of_the_span_follows_torch(dtype):
+  # A coordinate an exact number of spans from the border reflects onto the border that the
+  # parity of floor(v / span) names. XLA turned v / span into v * (1 / span): in float32, at
+  # L = 41 or 42 for example, v = 32 spans came out just under 32 and reflected onto the other
+  # border. torch divides once.
+  for length in (41, 42, 47, 48, 100):
+    for align_corners in (False, True):
+      lo, span = (0.0, length - 1.0) if align_corners else (-0.5, float(length))
+      u = lo + span * np.arange(-40.0, 41.0)                  # pixel coordinates
+      g = (2 * u / (length - 1) - 1) if align_corners else ((2 * u + 1) / length - 1)
+      grid = np.stack([np.zeros_like(g), g], -1).astype(dtype)[None, :, None, :]  # (1, 81, 1, 2)
+      x = np.arange(length, dtype=dtype).reshape(1, 1, length, 1)
+      kw = dict(mode="nearest", padding_mode="reflection", align_corners=align_corners)
+      got = np.asarray(jax.jit(lambda a, b, kw=kw: jaxops.grid_sample(a, b, **kw))(x, grid))
+      want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(grid), **kw).numpy()
+      np.testing.assert_array_equal(got, want, err_msg=f"{length} {align_corners}")
+
+
 def test_non_finite_grid():
   # NaN gives NaN; +-inf reads 0 (zeros), the edge pixel (border), NaN (reflection).
   g = _grid([[np.nan, 0.0], [np.inf, 0.0], [-np.inf, 0.0]])
