@@ -246,3 +246,27 @@ def test_ceil_mode_window_past_the_padded_input_matches_torch(name, args, kw):
                              rtol=1e-12, atol=1e-12)
   g = jax.grad(lambda v: jnp.sum(fn(v, *args, ceil_mode=True, **kw) * w))(x)
   np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_uneven_adaptive_avg_pool_backward_with_non_finite_cotangents_matches_torch(nd):
+  """The uneven windows' backward multiplies the cotangent by dense pooling matrices when it is
+  finite and takes the transposed taps otherwise, so that an inf or NaN cotangent reaches only
+  its own window's inputs (0 * inf would reach every input of its rows and columns)."""
+  rng = np.random.default_rng(40 + nd)
+  shape = (2, 3) + (11, 7, 5)[:nd]
+  out = (4, 3, 2)[:nd]
+  x = rng.standard_normal(shape)
+  f = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}[nd]
+  tf = {1: TF.adaptive_avg_pool1d, 2: TF.adaptive_avg_pool2d, 3: TF.adaptive_avg_pool3d}[nd]
+  for poison in (None, np.inf, -np.inf, np.nan):
+    ct = rng.standard_normal((2, 3) + out)
+    if poison is not None:
+      ct.reshape(-1)[[1, 7]] = poison
+    _, vjp = jax.vjp(jax.jit(lambda a: f(a, out)), x)
+    tx = torch.tensor(x, requires_grad=True)
+    tf(tx, out).backward(torch.tensor(ct))
+    want = tx.grad.numpy()
+    got = np.asarray(vjp(ct)[0])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
