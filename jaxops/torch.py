@@ -552,10 +552,11 @@ def _adaptive_uneven_bwd(passes: tuple[Any, ...], shape: tuple[int, ...], res: N
     out = jnp.where(reach[0], jnp.inf, jnp.where(reach[1], -jnp.inf, out))
     return jnp.where(reach[2] | (reach[0] & reach[1]), jnp.nan, out).astype(c.dtype)
 
-  # materialised once: the check, the product and the branch read it (XLA would otherwise fuse
-  # the forward into each, computing it again)
-  ct = lax.optimization_barrier(ct)
-  return (lax.cond(jnp.isfinite(jnp.sum(ct * 0)), dense, non_finite, ct),)
+  # materialised once: the check and the branch read it (XLA would otherwise fuse the forward
+  # into each, computing it again)
+  # float16 and bfloat16 in float32, as the taps and torch compute them, rounded once
+  c32 = lax.optimization_barrier(ct.astype(_checks.compute_dtype(ct.dtype)))
+  return (lax.cond(jnp.isfinite(jnp.sum(c32 * 0)), dense, non_finite, c32).astype(ct.dtype),)
 
 
 _adaptive_uneven.defvjp(_adaptive_uneven_fwd, _adaptive_uneven_bwd)

@@ -163,17 +163,22 @@ def _large_boxes(rng, num, h, w, scale, reach):
   return rois.astype(np.float32)
 
 
+def _large_call(seed):
+  """A call above _MIN_ELEMENTS whose rois make three chunks: (rng, (h, w, c, num), x, bi)."""
+  rng = np.random.default_rng(seed)
+  h, w, c, num = 9, 11, 64, 400
+  assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
+  assert num > 2 * (_roi_align._CHUNK_BYTES // (7 * 7 * c * 4))
+  x = rng.standard_normal((2, c, h, w)).astype(np.float32)
+  return rng, (h, w, c, num), x, rng.integers(0, 2, num).astype(np.int64)
+
+
 def test_tap_plan_chunks_against_onnxruntime():
   # Calls above _MIN_ELEMENTS take the tap plan: chunks of rois in a loop (here three, the last
   # one padded), and for adaptive counts the rois sorted into the ladder's rungs and the general
   # plan for the largest boxes. onnxruntime is the oracle (RoiAlign-16, and -10 for
   # output_half_pixel).
-  rng = np.random.default_rng(4)
-  h, w, c, num = 9, 11, 64, 400
-  assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
-  assert num > 2 * (_roi_align._CHUNK_BYTES // (7 * 7 * c * 4))
-  x = rng.standard_normal((2, c, h, w)).astype(np.float32)
-  bi = rng.integers(0, 2, num).astype(np.int64)
+  rng, (h, w, c, num), x, bi = _large_call(4)
   cases = [(16, dict(sampling_ratio=0, spatial_scale=0.5)),
            (10, dict(sampling_ratio=0, spatial_scale=1.0,
                      coordinate_transformation_mode="output_half_pixel")),
@@ -216,12 +221,7 @@ def test_max_sample_loop_against_onnxruntime_and_sub_bins():
   # sample, adaptive counts looping to each chunk's largest count). The ONNX front end's max of
   # weighted corners against onnxruntime on every roi; jaxops.roi_align's own max (the largest
   # interpolated sample) against onnx.reference's sub-bin averages on some of them.
-  rng = np.random.default_rng(6)
-  h, w, c, num = 9, 11, 64, 400
-  assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
-  assert num > 2 * (_roi_align._CHUNK_BYTES // (7 * 7 * c * 4))
-  x = rng.standard_normal((2, c, h, w)).astype(np.float32)
-  bi = rng.integers(0, 2, num).astype(np.int64)
+  rng, (h, w, c, num), x, bi = _large_call(6)
   for opset, attrs in [(16, dict(sampling_ratio=2, spatial_scale=0.5)),
                        (16, dict(sampling_ratio=0, spatial_scale=0.5)),
                        (10, dict(sampling_ratio=0, spatial_scale=1.0,
