@@ -1761,12 +1761,11 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   dtype = _max_pool_op._index_dtype()
   pos = _amax_plan(axes).astype(dtype)
   if math.prod(pos.shape[1::2]) <= _AMAX_SCAN_TAPS:
-    g = _amax_windows(x, axes)
     every = [sum(((slice(None), j) for j in tap), ())
              for tap in itertools.product(*[range(k) for k in pos.shape[1::2]])]
-    return _amax_scan(g, [(slice(None),) * lead + at for at in every],
-                      lambda tap: jnp.asarray(pos[tap[lead:]].reshape(
-                          (1,) * lead + pos[tap[lead:]].shape)))
+    return _amax_split_scan(x, axes, [(slice(None),) * lead + at for at in every],
+                            lambda tap: jnp.asarray(pos[tap[lead:]].reshape(
+                                (1,) * lead + pos[tap[lead:]].shape)))
   spatial = [n for n, _ in axes]
   v: Any = x
   where: Any = None
@@ -1775,9 +1774,8 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
     a = lead + d
     one = axes[d:d + 1]
     table = (_amax_table(n_in, n_out) * math.prod(spatial[d + 1:])).astype(dtype)
-    g = _amax_windows(jnp.moveaxis(v, a, -1), one)
     gp = None if where is None else _amax_windows(jnp.moveaxis(where, a, -1), one)
-    shape = (1,) * (g.ndim - 2) + (n_out,)
+    shape = (1,) * (v.ndim - 1) + (n_out,)
 
     def cand(tap: tuple[Any, ...], table: np.ndarray = table, gp: Any = gp,
              shape: tuple[int, ...] = shape) -> Any:
@@ -1785,9 +1783,24 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
       return c if gp is None else c + gp[tap]
 
     taps = [(Ellipsis, j) for j in range(table.shape[1])]
-    best, pos_d = _amax_scan(g, taps, cand)
+    best, pos_d = _amax_split_scan(jnp.moveaxis(v, a, -1), one, taps, cand)
     v, where = jnp.moveaxis(best, -1, a), jnp.moveaxis(pos_d, -1, a)
   return v, where
+
+
+def _amax_split_scan(v: jax.Array, axes: tuple[tuple[int, int], ...], taps: list[tuple[Any, ...]],
+                     cand: Any) -> tuple[jax.Array, jax.Array]:
+  """``_amax_scan`` over the windows of ``v`` (``_amax_windows``), the maximum and the position
+  each from a gather of their own. One gather read by both loops is materialised in its
+  tap-major layout, which each reads across its planes: 56 -> 9 on 8x64x56x56 took 17.4 ms
+  against 5.3 with two gathers, each fused into its loop (the second reads ``v`` through an
+  optimization barrier, so that XLA does not merge the two). Windows that tile their axes are a
+  reshape, not a gather, and take one scan."""
+  if all(n % o == 0 for n, o in axes):
+    return _amax_scan(_amax_windows(v, axes), taps, cand)
+  best = _amax_scan(_amax_windows(v, axes), taps, cand)[0]
+  pos = _amax_scan(_amax_windows(lax.optimization_barrier(v), axes), taps, cand)[1]
+  return best, pos
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
