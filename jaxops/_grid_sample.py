@@ -471,10 +471,11 @@ def _over_taps(tables: list[jax.Array], op: Any) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
 def _interpolate(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) linear/cubic samples: row gathers (``_rows``). Under jvp (and so under grad) the tangent is a sum of two parts, each present only when its input
-  varies: the grid's from row gathers that also give the samples (``_grid_jvp``), the input's
-  from the block formulation (or the planes), whose transpose is the faster scatter. The samples
-  are NaN at the points where ``bad`` (N, M); there the tangent is 0."""
+  """(N, C, M) linear/cubic samples: row gathers (``_rows``). Under jvp (and so under grad) the
+  tangent is a sum of two parts, each present only when its input varies: the grid's from row
+  gathers that also give the samples (``_grid_jvp``), the input's from the block formulation
+  (or the planes), whose transpose is the faster scatter. The samples are NaN at the points
+  where ``bad`` (N, M); there the tangent is 0."""
   return _rows(x, g, bad, cfg, cdt)
 
 

@@ -503,43 +503,52 @@ def _adaptive_jit(x: jax.Array, cfg: _Adaptive) -> jax.Array:
     # Even windows (n -> n / k): the windows are average_pool's with kernel = stride = k.
     k = tuple(n // o for n, o in cfg.axes)
     return jaxops.average_pool(x, k, strides=k)
-  passes = [(lead + d, idx, w) for d, ((n, o), (idx, w))
-            in enumerate(zip(cfg.axes, _adaptive_tables(cfg))) if n != o]
-  return _adaptive_uneven(x, tuple(passes), x.shape) if passes else x
+  return _adaptive_uneven(x, cfg) if any(n != o for n, o in cfg.axes) else x
 
 
-def _dense_pooling(n_in: int, idx: np.ndarray, w: np.ndarray) -> np.ndarray:
-  """The pooling matrix ``(n_out, n_in)`` of one axis' taps."""
-  m = np.zeros((idx.shape[0], n_in))
-  np.add.at(m, (np.repeat(np.arange(idx.shape[0]), idx.shape[1]), idx.reshape(-1)),
-            w.reshape(-1))
-  return m
+def _uneven_passes(cfg: _Adaptive, ndim: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+  """(axis, idx, w) of every pooled axis that changes length, on an input of rank ``ndim``."""
+  lead = ndim - len(cfg.axes)
+  return [(lead + d, idx, w) for d, ((n, o), (idx, w))
+          in enumerate(zip(cfg.axes, _adaptive_tables(cfg))) if n != o]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _adaptive_uneven(x: jax.Array, passes: tuple[Any, ...], shape: tuple[int, ...]) -> jax.Array:
+@functools.lru_cache(maxsize=512)
+def _adaptive_matrices(cfg: _Adaptive) -> tuple[np.ndarray, ...]:
+  """Each pooled axis' pooling matrix ``(out, in)``, built once per configuration."""
+  out = []
+  for (n_in, n_out), (idx, w) in zip(cfg.axes, _adaptive_tables(cfg)):
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.repeat(np.arange(n_out), idx.shape[1]), idx.reshape(-1)), w.reshape(-1))
+    m.setflags(write=False)
+    out.append(m)
+  return tuple(out)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _adaptive_uneven(x: jax.Array, cfg: _Adaptive) -> jax.Array:
   """Uneven adaptive average pooling: the separable taps forward. Its transpose (the backward
   pass) multiplies the cotangent by each axis' small dense pooling matrix (``(out, in)``, at
   most two nonzeros per input column) with XLA's dot: the transposed taps are an upsampling
   by gathers (56 -> 9 on 8x64x56x56: 19 ms against 4.8, one process). A cotangent holding inf
   or NaN takes a branch that gives each input what torch's window shares give it (0 * inf in
   the matrices, or in the taps' zero-weight entries, would reach other windows' inputs)."""
-  return _resize_kernel.apply_separable(x, list(passes))
+  return _resize_kernel.apply_separable(x, _uneven_passes(cfg, x.ndim))
 
 
-def _adaptive_uneven_fwd(x: jax.Array, passes: tuple[Any, ...],
-                         shape: tuple[int, ...]) -> tuple[jax.Array, None]:
-  return _adaptive_uneven(x, passes, shape), None
+def _adaptive_uneven_fwd(x: jax.Array, cfg: _Adaptive) -> tuple[jax.Array, None]:
+  return _adaptive_uneven(x, cfg), None
 
 
-def _adaptive_uneven_bwd(passes: tuple[Any, ...], shape: tuple[int, ...], res: None,
-                         ct: jax.Array) -> tuple[jax.Array]:
+def _adaptive_uneven_bwd(cfg: _Adaptive, res: None, ct: jax.Array) -> tuple[jax.Array]:
   del res
+  lead = ct.ndim - len(cfg.axes)
+  mats = [(lead + d, m) for d, ((n, o), m) in enumerate(zip(cfg.axes, _adaptive_matrices(cfg)))
+          if n != o]
 
   def dense(c: jax.Array) -> jax.Array:
-    for axis, idx, w in passes:
-      m = jnp.asarray(_dense_pooling(shape[axis], np.asarray(idx), np.asarray(w)), c.dtype)
-      c = jnp.moveaxis(jnp.tensordot(c, m, axes=([axis], [0]),
+    for axis, m in mats:
+      c = jnp.moveaxis(jnp.tensordot(c, jnp.asarray(m, c.dtype), axes=([axis], [0]),
                                      precision=lax.Precision.HIGHEST), -1, axis)
     return c
 
@@ -552,9 +561,9 @@ def _adaptive_uneven_bwd(passes: tuple[Any, ...], shape: tuple[int, ...], res: N
     out = jnp.where(reach[0], jnp.inf, jnp.where(reach[1], -jnp.inf, out))
     return jnp.where(reach[2] | (reach[0] & reach[1]), jnp.nan, out).astype(c.dtype)
 
+  # float16 and bfloat16 in float32, as the taps and torch compute them, rounded once;
   # materialised once: the check and the branch read it (XLA would otherwise fuse the forward
   # into each, computing it again)
-  # float16 and bfloat16 in float32, as the taps and torch compute them, rounded once
   c32 = lax.optimization_barrier(ct.astype(_checks.compute_dtype(ct.dtype)))
   return (lax.cond(jnp.isfinite(jnp.sum(c32 * 0)), dense, non_finite, c32).astype(ct.dtype),)
 
