@@ -792,11 +792,17 @@ def _unpool_targets(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
   drops it) where it is dropped: out of range, or overwritten by a later element naming the
   same position (the reference loop's assignment order). No two kept elements share a
   position."""
+  flat_i, size = _in_range(indices, plan)
+  return jnp.where(_last_writers(flat_i, size)[1], flat_i, size)
+
+
+def _in_range(indices: jax.Array, plan: _UnpoolPlan) -> tuple[jax.Array, int]:
+  """The flat indices, ``size`` (the spare slot past the output) where out of range; and
+  ``size``."""
   size = math.prod(plan.default)
   flat_i = indices.reshape(-1)
   flat_i = jnp.where((flat_i >= 0) & (flat_i < size), flat_i, size)  # out of range: dropped
-  flat_i = flat_i.astype(_index_dtype())
-  return jnp.where(_last_writers(flat_i, size)[1], flat_i, size)
+  return flat_i.astype(_index_dtype()), size
 
 
 def _last_writers(flat: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
@@ -808,13 +814,23 @@ def _last_writers(flat: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
   return last, last[flat] == order
 
 
+def _take_last(x: jax.Array, last: jax.Array) -> jax.Array:
+  """Per position, the element ``last`` names (its last writer's value, exactly: a zero keeps
+  its sign) or +0 where ``last`` is -1: one gather, fused with the select, that writes the
+  output directly, where a scatter of the values into zeros would allocate a second
+  output-sized buffer. Linear in ``x``; its transpose is a scatter-add. Shared with
+  ``jaxops.torch.max_unpool{1,2,3}d``."""
+  flat = x.reshape(-1)
+  taken = flat.at[jnp.maximum(last, 0)].get(mode="promise_in_bounds")
+  return jnp.where(last >= 0, taken, np.zeros((), x.dtype))
+
+
 def _unpool_scatter(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  """One write per kept element: linear in x (a set, so that a zero keeps its sign)."""
-  size = math.prod(plan.default)
-  # a target of ``size`` is past the output and dropped; no slot for it, so no copy of a slice
-  y = jnp.zeros((size,), x.dtype).at[_unpool_targets(indices, plan)].set(
-      x.reshape(-1), mode="drop", unique_indices=False)
-  return y.reshape(plan.default)
+  """Each output position takes its last writer's value (zero where none writes): linear in
+  x."""
+  flat_i, size = _in_range(indices, plan)
+  last = _last_writers(flat_i, size)[0]
+  return _take_last(x, last[:size]).reshape(plan.default)
 
 
 def _scatter_add(t: jax.Array, target: jax.Array, plan: _UnpoolPlan) -> jax.Array:

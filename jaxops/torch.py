@@ -1455,8 +1455,8 @@ import itertools  # noqa: E402  (imports kept inside this self-contained section
 import operator  # noqa: E402
 
 from jaxops import _max_pool as _max_pool_op  # noqa: E402
-from jaxops._max_pool import (_last_writers, _Unpool, _unpool_in_window,  # noqa: E402
-                              _unpool_local)
+from jaxops._max_pool import (_last_writers, _take_last, _Unpool,  # noqa: E402
+                              _unpool_in_window, _unpool_local)
 
 
 def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[int, ...],
@@ -1532,15 +1532,7 @@ def _unpool_flat(indices: jax.Array, cfg: _Unpool) -> tuple[jax.Array, int]:
 def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   """Any indices: a scatter of the last writer of each position."""
   flat, size = _unpool_flat(indices, cfg)
-  last, keep = _last_writers(flat, size)
-  # A scatter-add of the kept elements, every other one adding -0: linear in x (a gather is its
-  # transpose), and exact, as x + (-0) is x for every x. Positions nobody writes are set to +0
-  # at the end.
-  neg0 = np.array(-0.0, x.dtype)
-  y = jnp.full((size + 1,), neg0, x.dtype).at[flat].add(
-      jnp.where(keep, x.reshape(-1), neg0), mode="promise_in_bounds")
-  y = jnp.where(last[:size] >= 0, y[:size], np.zeros((), x.dtype))
-  return y.reshape(cfg.out)
+  return _take_last(x, _last_writers(flat, size)[0][:size]).reshape(cfg.out)
 
 
 def _unpool_is_local(indices: jax.Array, cfg: _Unpool) -> jax.Array:

@@ -192,6 +192,22 @@ def test_max_unpool_window_indices_and_any_other_indices(kernel, strides, pads):
     check_grads(lambda v, i=ind: f(v, i), (y,), order=1, modes=("rev",))
 
 
+@pytest.mark.parametrize("kernel, strides", [((3, 3), (2, 2)), ((2, 2), (2, 2))])
+def test_max_unpool_scatter_keeps_the_sign_of_zero(kernel, strides):
+  """The scatter path (overlapping windows, or indices outside their windows) takes each
+  position's last writer's value exactly: a -0.0 that is kept stays -0.0, positions nobody
+  writes are +0.0, and an overwritten -0.0 leaves no trace. Oracle: the spec's loop in NumPy."""
+  x = np.array([[[[-0.0, 1.0], [-0.0, 2.0]]]], np.float32)
+  out_shape = (1, 1) + tuple(1 * s + k for s, k in zip(strides, kernel))
+  # element 0 (-0.0) is overwritten by element 3; element 2 (-0.0) is kept
+  ind = np.array([[[[4, 7], [9, 4]]]], np.int64)
+  want = _unpool_loop(x, ind, out_shape)
+  got = np.asarray(jax.jit(lambda v, i: jaxops.max_unpool(v, i, kernel, strides=strides))(x, ind))
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+  assert np.signbit(want).sum() == 1
+
+
 # --- errors -------------------------------------------------------------------------------------
 
 
