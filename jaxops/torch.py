@@ -14,7 +14,8 @@ How each maps onto jaxops:
   (``jaxops._resize_kernel``), with tap tables built from torch's own index formulas in torch's
   precision (float32 coordinates for float32 inputs, float64 for float64 ones, nearest indices
   rounded to float32 before the floor, as ATen's kernels compute them; which of ATen's kernels
-  runs can depend on the output size); "area" is ``adaptive_avg_pool``.
+  runs can depend on the output size); "area" is ``adaptive_avg_pool``. uint8 images
+  (bilinear, bicubic) take ATen's integer passes instead (``jaxops._torch_uint8``).
 - ``avg_pool1d/2d/3d``: ``jaxops.average_pool`` with symmetric pads (torch's ceil_mode and
   count_include_pad are AveragePool-22's); ``divisor_override`` rescales by a static table.
 - ``max_pool1d/2d/3d``: ``jaxops.max_pool`` with symmetric pads; torch's per-plane indices are
@@ -64,6 +65,7 @@ from jax.typing import ArrayLike
 import jaxops
 from jaxops import _checks
 from jaxops import _resize_kernel
+from jaxops import _torch_uint8
 
 __all__ = [
     "interpolate",
@@ -299,6 +301,9 @@ def _interp_tables(cfg: _Interp) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _interp_jit(x: jax.Array, cfg: _Interp) -> jax.Array:
   lead = x.ndim - len(cfg.axes)
+  if x.dtype == np.uint8 and cfg.kind in ("linear", "cubic"):  # ATen's integer arithmetic
+    return _torch_uint8.resize(x, cfg.axes, cfg.align_corners, cfg.kind == "cubic",
+                               cfg.antialias)
   passes = []
   for d, ((n_in, n_out, _), (idx, w)) in enumerate(zip(cfg.axes, _interp_tables(cfg))):
     if n_in == n_out and np.array_equal(idx[:, 0], np.arange(n_out)) and np.all(
@@ -344,10 +349,14 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
     factor, taps outside the input dropped and weights renormalised; bicubic then uses
     ``a = -0.5``.
   - "area": ``adaptive_avg_pool`` to the output size.
+  - uint8 input to "bilinear"/"bicubic" (plain or antialiased): ATen's integer arithmetic,
+    exactly: weights computed in double (bicubic without antialias with ``a = -0.75``, taps
+    outside the input added to the edge tap), scaled to int16 with a per-axis precision, one
+    rounding shift and clamp per pass, the width first (``jaxops._torch_uint8``).
 
   Args:
-    input: ``(N, C, *spatial)`` array; float16, bfloat16, float32 or float64 (any dtype for
-      "nearest" and "nearest-exact").
+    input: ``(N, C, *spatial)`` array; float16, bfloat16, float32 or float64; also uint8 for
+      "bilinear" and "bicubic"; any dtype for "nearest" and "nearest-exact".
     size: output spatial size: an int (every axis) or one int per spatial axis.
     scale_factor: a float (every axis) or one per spatial axis; exactly one of ``size`` and
       ``scale_factor``.
@@ -367,7 +376,7 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
       with another mode or rank; output or input sizes of 0.
     NotImplementedError: a mode that does not exist for the input's rank, or an unknown mode.
     TypeError: non-integer sizes, a traced size or scale factor, a non-float input to an
-      interpolating mode.
+      interpolating mode (but uint8 to bilinear and bicubic).
 
   Examples:
     >>> import jax.numpy as jnp, jaxops.torch as F
@@ -463,9 +472,11 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
   elif any(n <= 0 for n in spatial) or any(o <= 0 for o in out):
     raise ValueError(f"{op}: Input and output sizes should be greater than 0, but got input "
                      f"{tuple(spatial)} output {tuple(out)}")
+  uint8_ok = mode in ("bilinear", "bicubic") and np.dtype(dtype) == np.uint8
   if mode != "nearest" and mode != "nearest-exact" and not (
-      jnp.issubdtype(dtype, jnp.floating)):
-    raise TypeError(f"{op}: mode={mode!r} needs a floating input; got dtype "
+      jnp.issubdtype(dtype, jnp.floating) or uint8_ok):
+    allowed = "a floating or uint8" if mode in ("bilinear", "bicubic") else "a floating"
+    raise TypeError(f"{op}: mode={mode!r} needs {allowed} input; got dtype "
                     f"{np.dtype(dtype).name}")
   kind = {"bicubic": "cubic", "bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
   return _Interp(kind, tuple((int(n), int(o), s) for n, o, s in zip(spatial, out, scales)),

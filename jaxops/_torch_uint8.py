@@ -1,0 +1,165 @@
+"""torch's bilinear and bicubic ``interpolate`` of uint8 images, in its integer arithmetic.
+
+ATen resizes uint8 NCHW images separably, one pass per axis whose length changes (the width
+first, then the height), each pass rounding back to uint8. A pass's weights are computed in
+double (the same taps as its float kernels, but with Keys' a = -0.75 for bicubic without
+antialias and Pillow's a = -0.5 with it; out-of-range taps folded onto the edge pixels instead
+of clamped indices), then scaled to int16 with a per-axis precision ``p`` (the largest that keeps
+the largest weight below 2**15) and rounded half away from zero. An output pixel is
+``clamp((2**(p-1) + sum_j w16_j * x_j) >> p, 0, 255)`` in int32 (HelperInterpBase::
+_compute_index_ranges_int16_weights, basic_loop_aa_horizontal/vertical<uint8_t> and
+separable_upsample_generic_Nd_kernel_impl in ATen's UpSampleKernel.cpp; its AVX2 kernel for
+up to 4 channels computes the same integers).
+
+The tables are built here once per configuration, in Python floats (IEEE double, in ATen's
+order of operations); the device work is per pass one gather per tap, an int32
+multiply-accumulate, a shift and a clamp.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# ATen's precision search stops at 22 bits
+_MAX_PRECISION = 22
+
+
+def _scale(n_in: int, n_out: int, align: bool, scale: float | None) -> float:
+  """area_pixel_compute_scale<double>."""
+  if align:
+    return (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+  if scale is not None and scale > 0:
+    return 1.0 / scale
+  return n_in / n_out
+
+
+def _filter(cubic: bool, a: float, x: float) -> float:
+  """HelperInterpLinear / HelperInterpCubic ``aa_filter<double>``."""
+  x = abs(x)
+  if not cubic:
+    return 1.0 - x if x < 1.0 else 0.0
+  if x < 1.0:
+    return ((a + 2) * x - (a + 3)) * x * x + 1
+  if x < 2.0:
+    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+  return 0.0
+
+
+def _aa_weights(n_in: int, n_out: int, s: float, cubic: bool
+                ) -> tuple[list[int], list[list[float]], float]:
+  """_compute_indices_min_size_weights_aa for every output position: (first taps, weights,
+  the largest weight)."""
+  interp = 4 if cubic else 2
+  support = interp * 0.5 * s if s >= 1.0 else interp * 0.5
+  k_max = math.ceil(support) * 2 + 1
+  invscale = 1.0 / s if s >= 1.0 else 1.0
+  starts, weights, wt_max = [], [], 0.0
+  for i in range(n_out):
+    center = s * (i + 0.5)
+    xmin = max(int(center - support + 0.5), 0)  # C's truncation toward zero
+    xsize = min(max(min(int(center + support + 0.5), n_in) - xmin, 0), k_max)
+    w = [_filter(cubic, -0.5, (j + xmin - center + 0.5) * invscale) for j in range(xsize)]
+    total = 0.0
+    for v in w:
+      total += v
+    if total != 0.0:
+      w = [v / total for v in w]
+      wt_max = max([wt_max] + w)
+    starts.append(xmin)
+    weights.append(w + [0.0] * (k_max - xsize))
+  return starts, weights, wt_max
+
+
+def _weights(n_in: int, n_out: int, s: float, align: bool, cubic: bool
+             ) -> tuple[list[int], list[list[float]], float]:
+  """_compute_indices_min_size_weights (no antialias) for every output position: taps that
+  fall outside the input add their weight to the edge tap."""
+  interp = 4 if cubic else 2
+  support = interp // 2
+  starts, weights, wt_max = [], [], 0.0
+  for i in range(n_out):
+    if align:
+      real = s * i
+    else:
+      real = s * (i + 0.5) - 0.5
+      if not cubic and real < 0:
+        real = 0.0
+    # guard_index_and_lambda: floorf (a float32 floor) and a lambda clamped to [0, 1]
+    index = min(int(math.floor(np.float32(real))), n_in - 1)
+    lam = min(max(real - index, 0.0), 1.0)
+    lo = index - support + 1
+    xmin = max(lo, 0)
+    xsize = min(max(min(index + support + 1, n_in) - xmin, 0), interp)
+    w = [0.0] * interp
+    at = 0
+    for j in range(interp):
+      v = _filter(cubic, -0.75, (j + 1 - support) - lam)
+      if lo + j <= 0:
+        at = 0
+      elif lo + j >= n_in - 1:
+        at = xsize - 1
+      w[at] += v
+      wt_max = max(wt_max, w[at])
+      at += 1
+    starts.append(xmin)
+    weights.append([v if j < xsize else 0.0 for j, v in enumerate(w)])
+  return starts, weights, wt_max
+
+
+@functools.lru_cache(maxsize=256)
+def axis_table(n_in: int, n_out: int, scale: float | None, align: bool, cubic: bool,
+               antialias: bool) -> tuple[np.ndarray, np.ndarray, int]:
+  """(each output position's tap positions (n_out, K), their int16 weights as int32 (n_out, K),
+  zero past the taps that exist; the precision p)."""
+  s = _scale(n_in, n_out, align, scale)
+  if antialias:
+    starts, weights, wt_max = _aa_weights(n_in, n_out, s, cubic)
+  else:
+    starts, weights, wt_max = _weights(n_in, n_out, s, align, cubic)
+  precision = _MAX_PRECISION
+  for p in range(_MAX_PRECISION):
+    if int(0.5 + wt_max * (1 << (p + 1))) >= 1 << 15:
+      precision = p
+      break
+  k = len(weights[0])
+  w16 = np.zeros((n_out, k), np.int32)
+  for i, row in enumerate(weights):
+    for j, v in enumerate(row):
+      v *= 1 << precision
+      w16[i, j] = int(-0.5 + v) if v < 0 else int(0.5 + v)
+  taps = np.minimum(np.asarray(starts, np.int64)[:, None] + np.arange(k)[None, :], n_in - 1)
+  for a in (taps, w16):
+    a.setflags(write=False)
+  return taps, w16, precision
+
+
+def _pass(x: jax.Array, axis: int, taps: np.ndarray, w16: np.ndarray,
+          precision: int) -> jax.Array:
+  """One axis: ``clamp((2**(p-1) + sum_j w16_j * x_j) >> p, 0, 255)`` as uint8."""
+  shape = [1] * x.ndim
+  shape[axis] = taps.shape[0]
+  acc = jnp.full((), 1 << (precision - 1), jnp.int32)
+  for j in range(taps.shape[1]):
+    if not w16[:, j].any():
+      continue
+    v = jnp.take(x, jnp.asarray(taps[:, j]), axis=axis).astype(jnp.int32)
+    acc = acc + v * jnp.asarray(w16[:, j].reshape(shape))
+  return jnp.clip(acc >> precision, 0, 255).astype(jnp.uint8)
+
+
+def resize(x: jax.Array, axes: tuple[tuple[int, int, float | None], ...], align: bool,
+           cubic: bool, antialias: bool) -> jax.Array:
+  """``x`` (uint8, the spatial axes last) resized per ``axes`` ((in, out, scale factor or
+  None) per spatial axis): the last axis first, then the others from the last inward, each
+  only where its length changes."""
+  lead = x.ndim - len(axes)
+  for d in range(len(axes) - 1, -1, -1):
+    n_in, n_out, scale = axes[d]
+    if n_in != n_out:
+      x = _pass(x, lead + d, *axis_table(n_in, n_out, scale, align, cubic, antialias))
+  return x
