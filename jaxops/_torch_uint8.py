@@ -1,10 +1,11 @@
-"""torch's bilinear and bicubic ``interpolate`` of uint8 images, in its integer arithmetic.
+"""torch's bilinear, bicubic and lanczos ``interpolate`` of uint8 images, in its integer
+arithmetic.
 
 ATen resizes uint8 NCHW images separably, one pass per axis whose length changes (the width
 first, then the height), each pass rounding back to uint8. A pass's weights are computed in
 double (the same taps as its float kernels, but with Keys' a = -0.75 for bicubic without
 antialias and Pillow's a = -0.5 with it; out-of-range taps folded onto the edge pixels instead
-of clamped indices), then scaled to int16 with a per-axis precision ``p`` (the largest that keeps
+of clamped indices; lanczos is always antialiased), then scaled to int16 with a per-axis precision ``p`` (the largest that keeps
 the largest weight below 2**15) and rounded half away from zero. An output pixel is
 ``clamp((2**(p-1) + sum_j w16_j * x_j) >> p, 0, 255)`` in int32 (HelperInterpBase::
 _compute_index_ranges_int16_weights, basic_loop_aa_horizontal/vertical<uint8_t> and
@@ -38,11 +39,22 @@ def _scale(n_in: int, n_out: int, align: bool, scale: float | None) -> float:
   return n_in / n_out
 
 
-def _filter(cubic: bool, a: float, x: float) -> float:
-  """HelperInterpLinear / HelperInterpCubic ``aa_filter<double>``."""
+def _sinc(x: float) -> float:
+  """HelperInterpLanczos::sinc_filter<double>."""
+  if x == 0.0:
+    return 1.0
+  x *= math.pi
+  return math.sin(x) / x
+
+
+def _filter(kind: str, a: float, x: float) -> float:
+  """HelperInterpLinear / HelperInterpCubic / HelperInterpLanczos ``aa_filter<double>``
+  (``kind``: "linear", "cubic", "lanczos"; ``a``: Keys' coefficient for cubic)."""
   x = abs(x)
-  if not cubic:
+  if kind == "linear":
     return 1.0 - x if x < 1.0 else 0.0
+  if kind == "lanczos":  # Lanczos-3
+    return _sinc(x) * _sinc(x / 3.0) if x < 3.0 else 0.0
   if x < 1.0:
     return ((a + 2) * x - (a + 3)) * x * x + 1
   if x < 2.0:
@@ -50,11 +62,14 @@ def _filter(cubic: bool, a: float, x: float) -> float:
   return 0.0
 
 
-def _aa_weights(n_in: int, n_out: int, s: float, cubic: bool
+_INTERP_SIZE = {"linear": 2, "cubic": 4, "lanczos": 6}
+
+
+def _aa_weights(n_in: int, n_out: int, s: float, kind: str
                 ) -> tuple[list[int], list[list[float]], float]:
   """_compute_indices_min_size_weights_aa for every output position: (first taps, weights,
   the largest weight)."""
-  interp = 4 if cubic else 2
+  interp = _INTERP_SIZE[kind]
   support = interp * 0.5 * s if s >= 1.0 else interp * 0.5
   k_max = math.ceil(support) * 2 + 1
   invscale = 1.0 / s if s >= 1.0 else 1.0
@@ -63,7 +78,7 @@ def _aa_weights(n_in: int, n_out: int, s: float, cubic: bool
     center = s * (i + 0.5)
     xmin = max(int(center - support + 0.5), 0)  # C's truncation toward zero
     xsize = min(max(min(int(center + support + 0.5), n_in) - xmin, 0), k_max)
-    w = [_filter(cubic, -0.5, (j + xmin - center + 0.5) * invscale) for j in range(xsize)]
+    w = [_filter(kind, -0.5, (j + xmin - center + 0.5) * invscale) for j in range(xsize)]
     total = 0.0
     for v in w:
       total += v
@@ -75,11 +90,12 @@ def _aa_weights(n_in: int, n_out: int, s: float, cubic: bool
   return starts, weights, wt_max
 
 
-def _weights(n_in: int, n_out: int, s: float, align: bool, cubic: bool
+def _weights(n_in: int, n_out: int, s: float, align: bool, kind: str
              ) -> tuple[list[int], list[list[float]], float]:
-  """_compute_indices_min_size_weights (no antialias) for every output position: taps that
-  fall outside the input add their weight to the edge tap."""
-  interp = 4 if cubic else 2
+  """_compute_indices_min_size_weights (no antialias: linear or cubic) for every output
+  position: taps that fall outside the input add their weight to the edge tap."""
+  cubic = kind == "cubic"
+  interp = _INTERP_SIZE[kind]
   support = interp // 2
   starts, weights, wt_max = [], [], 0.0
   for i in range(n_out):
@@ -98,7 +114,7 @@ def _weights(n_in: int, n_out: int, s: float, align: bool, cubic: bool
     w = [0.0] * interp
     at = 0
     for j in range(interp):
-      v = _filter(cubic, -0.75, (j + 1 - support) - lam)
+      v = _filter(kind, -0.75, (j + 1 - support) - lam)
       if lo + j <= 0:
         at = 0
       elif lo + j >= n_in - 1:
@@ -112,15 +128,15 @@ def _weights(n_in: int, n_out: int, s: float, align: bool, cubic: bool
 
 
 @functools.lru_cache(maxsize=256)
-def axis_table(n_in: int, n_out: int, scale: float | None, align: bool, cubic: bool,
+def axis_table(n_in: int, n_out: int, scale: float | None, align: bool, kind: str,
                antialias: bool) -> tuple[np.ndarray, np.ndarray, int]:
   """(each output position's tap positions (n_out, K), their int16 weights as int32 (n_out, K),
   zero past the taps that exist; the precision p)."""
   s = _scale(n_in, n_out, align, scale)
   if antialias:
-    starts, weights, wt_max = _aa_weights(n_in, n_out, s, cubic)
+    starts, weights, wt_max = _aa_weights(n_in, n_out, s, kind)
   else:
-    starts, weights, wt_max = _weights(n_in, n_out, s, align, cubic)
+    starts, weights, wt_max = _weights(n_in, n_out, s, align, kind)
   precision = _MAX_PRECISION
   for p in range(_MAX_PRECISION):
     if int(0.5 + wt_max * (1 << (p + 1))) >= 1 << 15:
@@ -153,7 +169,7 @@ def _pass(x: jax.Array, axis: int, taps: np.ndarray, w16: np.ndarray,
 
 
 def resize(x: jax.Array, axes: tuple[tuple[int, int, float | None], ...], align: bool,
-           cubic: bool, antialias: bool) -> jax.Array:
+           kind: str, antialias: bool) -> jax.Array:
   """``x`` (uint8, the spatial axes last) resized per ``axes`` ((in, out, scale factor or
   None) per spatial axis): the last axis first, then the others from the last inward, each
   only where its length changes."""
@@ -161,5 +177,5 @@ def resize(x: jax.Array, axes: tuple[tuple[int, int, float | None], ...], align:
   for d in range(len(axes) - 1, -1, -1):
     n_in, n_out, scale = axes[d]
     if n_in != n_out:
-      x = _pass(x, lead + d, *axis_table(n_in, n_out, scale, align, cubic, antialias))
+      x = _pass(x, lead + d, *axis_table(n_in, n_out, scale, align, kind, antialias))
   return x

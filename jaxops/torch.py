@@ -97,7 +97,8 @@ def _coord_dtype(dtype: Any) -> type:
 
 # --- interpolate --------------------------------------------------------------------------------
 
-_MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
+_MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact",
+          "lanczos")
 _LINEAR_DIM = {"linear": 1, "bilinear": 2, "trilinear": 3}
 
 
@@ -105,7 +106,7 @@ _LINEAR_DIM = {"linear": 1, "bilinear": 2, "trilinear": 3}
 class _Interp:
   """The static plan of ``interpolate``: per spatial axis (in, out, scale_factor or None)."""
 
-  kind: str                 # "nearest", "nearest-exact", "linear", "cubic", "area"
+  kind: str                 # "nearest", "nearest-exact", "linear", "cubic", "lanczos", "area"
   axes: tuple[tuple[int, int, float | None], ...]
   align_corners: bool
   antialias: bool
@@ -215,11 +216,25 @@ def _cubic_table(dt: type, n_in: int, n_out: int, align: bool,
   return idx, w.astype(dt)
 
 
+def _lanczos(dt: type, v: np.ndarray) -> np.ndarray:
+  """HelperInterpLanczos::aa_filter on ``|x|`` = ``v`` in ``dt``: ``sinc(x) * sinc(x / 3)``
+  below 3. ATen's ``x / 3.0`` divides by a double, so the second sinc runs in double even for
+  float32, and the product is rounded back to ``dt``."""
+  def sinc(u: np.ndarray, t: type) -> np.ndarray:
+    u = np.asarray(u, t)
+    xp = (u * t(np.pi)).astype(t)
+    with np.errstate(invalid="ignore", divide="ignore"):
+      out = (np.sin(xp.astype(np.float64)).astype(t) / xp).astype(t)
+    return np.where(u == 0, t(1), out)
+  f = sinc(v, dt).astype(np.float64) * sinc(np.asarray(v, np.float64) / 3.0, np.float64)
+  return np.where(v < 3, f, 0).astype(dt)
+
+
 def _aa_table(dt: type, n_in: int, n_out: int, align: bool, scale: float | None,
-              cubic: bool) -> tuple[np.ndarray, np.ndarray]:
-  """ATen's antialiased (Pillow-style) tables: a stretched triangle or Keys a=-0.5 kernel,
-  taps outside the input dropped and the rest normalised."""
-  interp = 4 if cubic else 2
+              kind: str) -> tuple[np.ndarray, np.ndarray]:
+  """ATen's antialiased (Pillow-style) tables: a stretched triangle, Keys a=-0.5 or Lanczos-3
+  kernel, taps outside the input dropped and the rest normalised."""
+  interp = {"linear": 2, "cubic": 4, "lanczos": 6}[kind]
   s = _area_scale(dt, n_in, n_out, align, scale)
   support = dt(interp * 0.5) * s if s >= 1 else dt(interp * 0.5)
   k_max = int(math.ceil(support)) * 2 + 1
@@ -233,9 +248,11 @@ def _aa_table(dt: type, n_in: int, n_out: int, align: bool, scale: float | None,
     xsize = min(max(xsize, 0), k_max)
     j = np.arange(xsize)
     v = np.abs((j.astype(dt) + dt(xmin) - center + dt(0.5)) * invscale).astype(dt)
-    if cubic:
+    if kind == "cubic":
       f = np.where(v < 1, _cubic_near(dt, v, -0.5),
                    np.where(v < 2, _cubic_far(dt, v, -0.5), dt(0)))
+    elif kind == "lanczos":
+      f = _lanczos(dt, v)
     else:
       f = np.where(v < 1, dt(1) - v, dt(0))
     f = f.astype(dt)
@@ -285,7 +302,7 @@ def _interp_tables(cfg: _Interp) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     elif cfg.antialias and n_in == n_out:  # ATen skips an axis whose length is kept
       tab = (np.arange(n_out)[:, None], np.ones((n_out, 1)))
     elif cfg.antialias:
-      tab = _aa_table(dt, n_in, n_out, cfg.align_corners, scale, cfg.kind == "cubic")
+      tab = _aa_table(dt, n_in, n_out, cfg.align_corners, scale, cfg.kind)
     elif cfg.kind == "linear":
       tab = _linear_table(dt, n_in, n_out, cfg.align_corners, scale)
     else:
@@ -301,9 +318,8 @@ def _interp_tables(cfg: _Interp) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _interp_jit(x: jax.Array, cfg: _Interp) -> jax.Array:
   lead = x.ndim - len(cfg.axes)
-  if x.dtype == np.uint8 and cfg.kind in ("linear", "cubic"):  # ATen's integer arithmetic
-    return _torch_uint8.resize(x, cfg.axes, cfg.align_corners, cfg.kind == "cubic",
-                               cfg.antialias)
+  if x.dtype == np.uint8 and cfg.kind in ("linear", "cubic", "lanczos"):  # ATen's integers
+    return _torch_uint8.resize(x, cfg.axes, cfg.align_corners, cfg.kind, cfg.antialias)
   passes = []
   for d, ((n_in, n_out, _), (idx, w)) in enumerate(zip(cfg.axes, _interp_tables(cfg))):
     if n_in == n_out and np.array_equal(idx[:, 0], np.arange(n_out)) and np.all(
@@ -330,8 +346,9 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
   array.
 
   Modes and their input ranks (as torch): "nearest", "nearest-exact" and "area" for 3-D, 4-D
-  and 5-D inputs; "linear" 3-D, "bilinear" and "bicubic" 4-D, "trilinear" 5-D. Output lengths
-  are ``size``, or ``floor(length * scale_factor)``. Source coordinates are torch's:
+  and 5-D inputs; "linear" 3-D, "bilinear", "bicubic" and "lanczos" 4-D, "trilinear" 5-D.
+  Output lengths are ``size``, or ``floor(length * scale_factor)``. Source coordinates are
+  torch's:
 
   - "nearest": ``floor(o * scale)`` (torch's legacy rule, ONNX asymmetric + floor), with
     ``scale = 1 / scale_factor`` when a scale factor is given (and not recomputed), else
@@ -348,24 +365,27 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
   - ``antialias=True`` (bilinear, bicubic, 4-D): Pillow's filters stretched by the downsampling
     factor, taps outside the input dropped and weights renormalised; bicubic then uses
     ``a = -0.5``.
+  - "lanczos" (4-D, ``antialias=True`` required, ``align_corners`` not True): the same with
+    Pillow's Lanczos-3 filter ``sinc(x) * sinc(x / 3)`` on ``|x| < 3`` (torch 2.13).
   - "area": ``adaptive_avg_pool`` to the output size.
-  - uint8 input to "bilinear"/"bicubic" (plain or antialiased): ATen's integer arithmetic,
+  - uint8 input to "bilinear"/"bicubic" (plain or antialiased) and "lanczos": ATen's integer
+    arithmetic,
     exactly: weights computed in double (bicubic without antialias with ``a = -0.75``, taps
     outside the input added to the edge tap), scaled to int16 with a per-axis precision, one
     rounding shift and clamp per pass, the width first (``jaxops._torch_uint8``).
 
   Args:
     input: ``(N, C, *spatial)`` array; float16, bfloat16, float32 or float64; also uint8 for
-      "bilinear" and "bicubic"; any dtype for "nearest" and "nearest-exact".
+      "bilinear", "bicubic" and "lanczos"; any dtype for "nearest" and "nearest-exact".
     size: output spatial size: an int (every axis) or one int per spatial axis.
     scale_factor: a float (every axis) or one per spatial axis; exactly one of ``size`` and
       ``scale_factor``.
     mode: one of "nearest", "linear", "bilinear", "bicubic", "trilinear", "area",
-      "nearest-exact".
+      "nearest-exact", "lanczos".
     align_corners: linear modes only (None means False); must be None for the others.
     recompute_scale_factor: compute the output size from ``scale_factor`` and then interpolate
       as if that size had been given (the coordinate map then uses ``in / out``).
-    antialias: bilinear and bicubic on 4-D inputs only.
+    antialias: bilinear, bicubic and lanczos on 4-D inputs only (lanczos requires it).
 
   Returns:
     The resized array, of ``input``'s dtype (float16/bfloat16 compute in float32).
@@ -373,10 +393,11 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
   Raises:
     ValueError: both or neither of ``size``/``scale_factor``; wrong lengths; ``align_corners``
       with a non-interpolating mode; ``recompute_scale_factor`` with ``size``; ``antialias``
-      with another mode or rank; output or input sizes of 0.
+      with another mode or rank; lanczos without antialias or with align_corners=True; output
+      or input sizes of 0.
     NotImplementedError: a mode that does not exist for the input's rank, or an unknown mode.
     TypeError: non-integer sizes, a traced size or scale factor, a non-float input to an
-      interpolating mode (but uint8 to bilinear and bicubic).
+      interpolating mode (but uint8 to bilinear, bicubic and lanczos).
 
   Examples:
     >>> import jax.numpy as jnp, jaxops.torch as F
@@ -401,7 +422,7 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
     raise NotImplementedError(
         f"{op}: Input Error: Only 3D, 4D and 5D input Tensors supported (got {len(shape)}D) "
         f"for the modes: nearest | linear | bilinear | bicubic | trilinear | area | "
-        f"nearest-exact (got {mode})")
+        f"nearest-exact | lanczos (got {mode})")
   if mode in ("nearest", "area", "nearest-exact"):
     if align_corners is not None:
       raise ValueError(f"{op}: align_corners option can only be set with the interpolating "
@@ -453,18 +474,24 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
     out = [int(math.floor(float(shape[i + 2]) * float(s or 0.0))) for i, s in enumerate(scales)]
     if recompute:
       scales = (None,) * len(out)
-  if antialias and not (mode in ("bilinear", "bicubic") and len(shape) == 4):
-    raise ValueError(f"{op}: Anti-alias option is restricted to bilinear and bicubic modes and "
-                     f"requires a 4-D tensor as input")
+  if antialias and not (mode in ("bilinear", "bicubic", "lanczos") and len(shape) == 4):
+    raise ValueError(f"{op}: Anti-alias option is restricted to bilinear, bicubic, and lanczos "
+                     f"modes and requires a 4-D tensor as input")
   rank = len(shape)
+  if mode == "lanczos" and rank == 4:
+    if align:
+      raise ValueError(f"{op}: Lanczos mode does not support align_corners=True")
+    if not antialias:
+      raise ValueError(f"{op}: Lanczos mode requires antialias=True")
   want = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}.get(mode)
-  if rank not in (3, 4, 5) or (want is not None and rank != want):
+  if rank not in (3, 4, 5) or (want is not None and rank != want) or (mode == "lanczos"
+                                                                       and rank != 4):
     if want is not None and rank in (3, 4, 5):
       raise NotImplementedError(f"{op}: Got {rank}D input, but {mode} mode needs {want}D input")
     raise NotImplementedError(
         f"{op}: Input Error: Only 3D, 4D and 5D input Tensors supported (got {rank}D) for the "
-        f"modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact "
-        f"(got {mode})")
+        f"modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact | "
+        f"lanczos (got {mode})")
   spatial = shape[2:]
   if mode == "area":
     if any(o < 0 for o in out):
@@ -472,10 +499,11 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
   elif any(n <= 0 for n in spatial) or any(o <= 0 for o in out):
     raise ValueError(f"{op}: Input and output sizes should be greater than 0, but got input "
                      f"{tuple(spatial)} output {tuple(out)}")
-  uint8_ok = mode in ("bilinear", "bicubic") and np.dtype(dtype) == np.uint8
+  uint8_ok = mode in ("bilinear", "bicubic", "lanczos") and np.dtype(dtype) == np.uint8
   if mode != "nearest" and mode != "nearest-exact" and not (
       jnp.issubdtype(dtype, jnp.floating) or uint8_ok):
-    allowed = "a floating or uint8" if mode in ("bilinear", "bicubic") else "a floating"
+    allowed = ("a floating or uint8" if mode in ("bilinear", "bicubic", "lanczos")
+               else "a floating")
     raise TypeError(f"{op}: mode={mode!r} needs {allowed} input; got dtype "
                     f"{np.dtype(dtype).name}")
   kind = {"bicubic": "cubic", "bilinear": "linear", "trilinear": "linear"}.get(mode, mode)

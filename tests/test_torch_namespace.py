@@ -26,7 +26,7 @@ TOL = {np.float32: dict(rtol=1.3e-6, atol=1e-5), np.float64: dict(rtol=1e-12, at
 # checked on 200 configurations always (tests/test_torch_namespace_plans.py).
 SWEEP = int(os.environ.get("JAXOPS_TORCH_SWEEP", "8"))
 LINEAR_MODES = ("linear", "bilinear", "bicubic", "trilinear")
-MODE_DIM = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+MODE_DIM = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3, "lanczos": 2}
 
 
 def _random_config(rng: np.random.Generator, mode: str) -> tuple[tuple[int, ...], dict]:
@@ -53,6 +53,10 @@ def _random_config(rng: np.random.Generator, mode: str) -> tuple[tuple[int, ...]
       kw["align_corners"] = bool(choice == 2)
   if mode in ("bilinear", "bicubic") and rng.random() < 0.4:
     kw["antialias"] = True
+  if mode == "lanczos":  # antialiased only, align_corners False or unset
+    kw["antialias"] = True
+    if rng.random() < 0.3:
+      kw["align_corners"] = False
   return shape, kw
 
 
@@ -88,7 +92,7 @@ def batched_sweep(calls: list, xs: list[np.ndarray], cotangents: list[np.ndarray
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear", "bilinear", "bicubic",
-                                  "trilinear", "area"])
+                                  "trilinear", "area", "lanczos"])
 def test_interpolate_matches_torch_end_to_end(mode):
   """Random configurations per mode through the public function under jit: float64 and float32
   values and float64 gradients (jax.grad against torch.autograd), all compiled as one program."""
@@ -463,15 +467,38 @@ class TestVariants(chex.TestCase):
     (dict(size=4, mode="cubic"), NotImplementedError, r"got cubic"),
     (dict(size=4.5), TypeError, "expected size"),
     (dict(size=0, mode="bilinear"), ValueError, "greater than 0"),
+    (dict(size=4, mode="lanczos"), ValueError, "Lanczos mode requires antialias=True"),
+    (dict(size=4, mode="lanczos", antialias=True, align_corners=True), ValueError,
+     "Lanczos mode does not support align_corners=True"),
+    (dict(size=(4, 4, 4), mode="lanczos", antialias=True, rank=5), ValueError,
+     "restricted to bilinear, bicubic, and lanczos modes"),
+    (dict(size=4, mode="lanczos", rank=3), NotImplementedError, r"\(got lanczos\)"),
 ])
 def test_interpolate_errors_as_torch(kw, exc, match):
-  x = np.zeros((1, 1, 3, 3))
+  kw = dict(kw)
+  x = np.zeros((1, 1) + (3,) * (kw.pop("rank", 4) - 2))
   kw = dict(kw)
   kw.setdefault("mode", "nearest")
   with pytest.raises(RuntimeError if exc is ValueError and "greater than 0" in match else exc):
     TF.interpolate(torch.tensor(x), **kw)
   with pytest.raises(exc, match="jaxops.torch.interpolate: .*" + match):
     F.interpolate(x, **kw)
+
+
+def test_lanczos_is_lanczos3_as_torch_defines_it():
+  """A spot check of the filter itself, apart from the sweeps: torch's lanczos downsampling by 3
+  of a unit impulse reads the normalised taps of sinc(x) * sinc(x / 3) at x = (j - 7) / 3,
+  here computed by hand in NumPy."""
+  x = np.zeros((1, 1, 1, 21))
+  x[..., 10] = 1.0
+  got = np.asarray(F.interpolate(x, size=(1, 7), mode="lanczos", antialias=True))
+  want = TF.interpolate(torch.tensor(x), size=(1, 7), mode="lanczos", antialias=True).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+  # output 3 is centred on input 10.5 - 0.5 = 10; its taps span inputs 1..19 (support 9)
+  j = np.arange(1, 20)
+  u = (j + 0.5 - 10.5) / 3
+  taps = np.sinc(u) * np.sinc(u / 3)
+  np.testing.assert_allclose(got[0, 0, 0, 3], taps[10 - 1] / taps.sum(), rtol=1e-12)
 
 
 def test_traced_size_is_a_type_error():

@@ -53,7 +53,7 @@ def _jaxops_map(shape: tuple[int, ...], dtype: type, mode: str, kw: dict) -> np.
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear", "bilinear", "bicubic",
-                                  "trilinear", "area"])
+                                  "trilinear", "area", "lanczos"])
 def test_interpolate_plans_match_torch(mode):
   """200 random configurations per mode: the linear map jaxops applies (its static plan) equals
   torch's forward map and torch's backward map (the gradient jaxops takes is the transpose

@@ -1,5 +1,5 @@
-"""jaxops.torch.interpolate on uint8 images (bilinear and bicubic, with and without antialias)
-against torch 2.13 CPU itself: every output byte equal.
+"""jaxops.torch.interpolate on uint8 images (bilinear and bicubic, with and without antialias;
+lanczos) against torch 2.13 CPU itself: every output byte equal.
 
 torch resizes uint8 in its own integer arithmetic (int16 weights, a rounding shift per pass), by
 its AVX2 kernel for up to 4 channels and by its generic kernel above that; both are exercised.
@@ -25,8 +25,10 @@ def _config(rng: np.random.Generator) -> tuple[np.ndarray, dict]:
   c = int(rng.choice([1, 3, 4, 5, 8]))  # <= 4: torch's AVX2 kernel; more: its generic one
   h, w = (int(v) for v in rng.integers(1, 48, 2))
   x = rng.integers(0, 256, (int(rng.integers(1, 3)), c, h, w), dtype=np.uint8)
-  kw: dict = dict(mode=str(rng.choice(["bilinear", "bicubic"])),
+  kw: dict = dict(mode=str(rng.choice(["bilinear", "bicubic", "lanczos"])),
                   antialias=bool(rng.integers(2)), align_corners=bool(rng.integers(2)))
+  if kw["mode"] == "lanczos":  # antialiased only, no align_corners
+    kw.update(antialias=True, align_corners=False)
   r = int(rng.integers(3))
   if r == 0:
     kw["size"] = tuple(int(v) for v in rng.integers(1, 64, 2))
