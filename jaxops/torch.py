@@ -43,6 +43,12 @@ How each maps onto jaxops:
   small windows, one axis at a time for larger ones, carrying plane positions from static
   tables; the gradient goes to that element.
 
+- ``upsample``, ``upsample_nearest``, ``upsample_bilinear`` (deprecated in torch): ``interpolate``
+  as torch calls it (``upsample_bilinear`` with ``align_corners=True``);
+  ``max_pool{1,2,3}d_with_indices`` and ``adaptive_max_pool{1,2,3}d_with_indices``: the pools
+  with ``return_indices=True``; ``pixel_shuffle`` / ``pixel_unshuffle``: a reshape and a
+  transposition.
+
 Errors: where torch raises RuntimeError for an impossible argument, these raise ValueError (or
 TypeError for a wrong type) with the same condition; ValueError and NotImplementedError where
 torch raises those.
@@ -76,6 +82,11 @@ __all__ = [
     "grid_sample", "affine_grid", "roi_align",
     "max_unpool1d", "max_unpool2d", "max_unpool3d",
     "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+    "upsample", "upsample_nearest", "upsample_bilinear",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d_with_indices",
+    "pixel_shuffle", "pixel_unshuffle",
 ]
 
 _NS = "jaxops.torch"
@@ -1937,3 +1948,130 @@ adaptive_max_pool2d.__doc__ = _AMAX_DOC.format(
 adaptive_max_pool3d.__doc__ = _AMAX_DOC.format(
     nd=3, size_arg="``m`` for every axis, or ``(mD, mH, mW)``; a ``None`` entry keeps that "
     "size.", x="[[[[1.0, 2.0], [7.0, 4.0]]]]", out=1, result="([7.0], [2])")
+
+
+# --- torch's other names for the same calls -----------------------------------------------------
+
+
+def upsample(input: ArrayLike, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+             align_corners: bool | None = None) -> jax.Array:
+  """``torch.nn.functional.upsample`` (deprecated in torch, which warns and calls
+  ``interpolate``): ``interpolate(input, size, scale_factor, mode, align_corners)``."""
+  return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: ArrayLike, size: Any = None, scale_factor: Any = None) -> jax.Array:
+  """``torch.nn.functional.upsample_nearest`` (deprecated in torch):
+  ``interpolate(input, size, scale_factor, mode="nearest")``."""
+  return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: ArrayLike, size: Any = None, scale_factor: Any = None) -> jax.Array:
+  """``torch.nn.functional.upsample_bilinear`` (deprecated in torch):
+  ``interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)`` -- note
+  ``align_corners=True``, unlike ``interpolate``'s default."""
+  return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def _with_indices(pool: Any) -> Any:
+  def call(input: ArrayLike, kernel_size: Any, stride: Any = None, padding: Any = 0,
+           dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    del return_indices  # torch's *_with_indices return both whatever it says
+    return pool(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+  call.__name__ = call.__qualname__ = pool.__name__ + "_with_indices"
+  call.__doc__ = (f"``torch.nn.functional.{call.__name__}``: ``{pool.__name__}(..., "
+                  f"return_indices=True)``, the pair (pooled, indices) whatever "
+                  f"``return_indices`` says.")
+  return call
+
+
+def _adaptive_with_indices(pool: Any) -> Any:
+  def call(input: ArrayLike, output_size: Any, return_indices: bool = False) -> Any:
+    del return_indices  # torch's *_with_indices return both whatever it says
+    return pool(input, output_size, True)
+  call.__name__ = call.__qualname__ = pool.__name__ + "_with_indices"
+  call.__doc__ = (f"``torch.nn.functional.{call.__name__}``: ``{pool.__name__}(input, "
+                  f"output_size, return_indices=True)``, the pair (pooled, indices) whatever "
+                  f"``return_indices`` says.")
+  return call
+
+
+max_pool1d_with_indices = _with_indices(max_pool1d)
+max_pool2d_with_indices = _with_indices(max_pool2d)
+max_pool3d_with_indices = _with_indices(max_pool3d)
+adaptive_max_pool1d_with_indices = _adaptive_with_indices(adaptive_max_pool1d)
+adaptive_max_pool2d_with_indices = _adaptive_with_indices(adaptive_max_pool2d)
+adaptive_max_pool3d_with_indices = _adaptive_with_indices(adaptive_max_pool3d)
+
+
+# --- pixel_shuffle / pixel_unshuffle ------------------------------------------------------------
+
+
+def _shuffle_factor(name: str, what: str, x: jax.Array, factor: Any) -> int:
+  op = _op(name)
+  if isinstance(factor, (bool, np.bool_)) or not isinstance(factor, (int, np.integer)):
+    raise _checks.type_error(op, what, factor, "an int")
+  r = int(factor)
+  if x.ndim < 3:
+    raise ValueError(f"{op}: {name} expects input to have at least 3 dimensions, but got input "
+                     f"with {x.ndim} dimension(s)")
+  if r <= 0:
+    raise ValueError(f"{op}: {name} expects a positive {what}, but got {r}")
+  return r
+
+
+def pixel_shuffle(input: ArrayLike, upscale_factor: int) -> jax.Array:
+  """``torch.nn.functional.pixel_shuffle``: ``(*, C * r**2, H, W)`` to ``(*, C, H * r, W * r)``;
+  output ``[c, h * r + i, w * r + j]`` is input ``[c * r**2 + i * r + j, h, w]`` (the
+  sub-pixel convolution's rearrangement). Any dtype; a reshape and a transposition, so exact
+  and linear (its gradient is ``pixel_unshuffle`` of the cotangent).
+
+  Raises:
+    TypeError: a non-int ``upscale_factor`` (torch refuses floats, 2.0 included).
+    ValueError: fewer than 3 axes, ``upscale_factor`` below 1, channels not divisible by its
+      square.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.pixel_shuffle(jnp.arange(4).reshape(1, 4, 1, 1), 2)[0, 0].tolist()
+    [[0, 1], [2, 3]]
+  """
+  x = _checks.as_array(input, _op("pixel_shuffle"), "input")
+  r = _shuffle_factor("pixel_shuffle", "upscale_factor", x, upscale_factor)
+  *lead, c, h, w = x.shape
+  if c % (r * r):
+    raise ValueError(f"{_op('pixel_shuffle')}: pixel_shuffle expects its input's 'channel' "
+                     f"dimension to be divisible by the square of upscale_factor, but "
+                     f"input.size(-3)={c} is not divisible by {r * r}")
+  n = len(lead)
+  y = x.reshape(*lead, c // (r * r), r, r, h, w)
+  y = y.transpose(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+  return y.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input: ArrayLike, downscale_factor: int) -> jax.Array:
+  """``torch.nn.functional.pixel_unshuffle``: the inverse of ``pixel_shuffle``,
+  ``(*, C, H * r, W * r)`` to ``(*, C * r**2, H, W)``. Any dtype; exact and linear.
+
+  Raises:
+    TypeError: a non-int ``downscale_factor``.
+    ValueError: fewer than 3 axes, ``downscale_factor`` below 1, a height or width not
+      divisible by it.
+
+  Examples:
+    >>> import jax.numpy as jnp, jaxops.torch as F
+    >>> F.pixel_unshuffle(jnp.arange(4).reshape(1, 1, 2, 2), 2).ravel().tolist()
+    [0, 1, 2, 3]
+  """
+  x = _checks.as_array(input, _op("pixel_unshuffle"), "input")
+  r = _shuffle_factor("pixel_unshuffle", "downscale_factor", x, downscale_factor)
+  *lead, c, h, w = x.shape
+  for axis, length, offset in (("height", h, -2), ("width", w, -1)):
+    if length % r:
+      raise ValueError(f"{_op('pixel_unshuffle')}: pixel_unshuffle expects {axis} to be "
+                       f"divisible by downscale_factor, but input.size({offset})={length} is "
+                       f"not divisible by {r}")
+  n = len(lead)
+  y = x.reshape(*lead, c, h // r, r, w // r, r)
+  y = y.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+  return y.reshape(*lead, c * r * r, h // r, w // r)
