@@ -129,3 +129,18 @@ def test_other_integer_inputs_are_refused_as_torch_refuses_them(dtype, mode, sha
     TF.interpolate(torch.from_numpy(x), scale_factor=2, mode=mode)
   with pytest.raises(TypeError, match=f"jaxops.torch.interpolate: mode='{mode}' {match}"):
     F.interpolate(x, scale_factor=2, mode=mode)
+
+
+def test_uint8_heavy_downsampling_loops_over_its_taps():
+  """Hundreds of taps per output (antialiased 1000 -> 13: 463 with lanczos) run as a loop over
+  the taps rather than unrolled (see _torch_uint8._LOOP_TAPS); every byte still torch's."""
+  from jaxops import _torch_uint8
+  rng = np.random.default_rng(9)
+  x = rng.integers(0, 256, (1, 3, 1000, 300), dtype=np.uint8)
+  for mode in ("bilinear", "bicubic", "lanczos"):
+    taps = _torch_uint8.axis_table(1000, 13, None, False, {"bilinear": "linear"}.get(
+        mode, mode.replace("bicubic", "cubic")), True)[0].shape[1]
+    assert taps > _torch_uint8._LOOP_TAPS
+    want = TF.interpolate(torch.from_numpy(x), size=(13, 120), mode=mode, antialias=True).numpy()
+    np.testing.assert_array_equal(
+        np.asarray(F.interpolate(x, size=(13, 120), mode=mode, antialias=True)), want)
