@@ -60,6 +60,12 @@ def _same(shape: tuple[int, ...], tiny: tuple[int, ...]) -> Callable[[Context], 
   return make
 
 
+def _uint8_image(ctx: Context) -> Any:
+  shape = (1, 2, 5, 5) if ctx.tiny else ctx.sized((8, 3, 256, 256))
+  x = ctx.rng().integers(0, 256, shape, dtype=np.uint8)
+  return (x,), (x,)
+
+
 def _unpool_inputs(ctx: Context) -> Any:
   """max_pool2d k2 s2 of 8x128x56x56 (torch computes the per-plane indices): the unpool's
   input and indices; the operator gets the flat indices over the whole input."""
@@ -113,6 +119,12 @@ CASES = (
               lambda F, x: F.interpolate(x, scale_factor=2, mode="bilinear"),
               lambda J, x: J.resize(x, scales=(1, 1, 2, 2), mode="linear"),
               lambda T, x: T.interpolate(x, scale_factor=2, mode="bilinear")),
+    # torch's integer arithmetic on uint8 (jaxops._torch_uint8); the ONNX operator beside it
+    # resizes uint8 in float and rounds once (within 1 of torch's per-pass rounding)
+    TorchCase("interpolate bilinear x2 uint8", _uint8_image,
+              lambda F, x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+              lambda J, x: J.resize(x, scales=(1, 1, 2, 2), mode="linear"),
+              lambda T, x: T.interpolate(x, scale_factor=2, mode="bilinear"), grads=()),
     TorchCase("interpolate bicubic x2.5", _same((8, 3, 256, 256), (1, 2, 5, 5)),
               lambda F, x: F.interpolate(x, scale_factor=2.5, mode="bicubic"),
               lambda J, x: J.resize(x, scales=(1, 1, 2.5, 2.5), mode="cubic"),
@@ -243,7 +255,7 @@ def _build(c: TorchCase, backward: bool) -> Any:
     else:
       out = jax.eval_shape(_jax_fn(c.op, jaxops, c.pick, c.grads, False), *op_in)
       write = int(np.prod(out.shape)) * out.dtype.itemsize
-    return b, (read, write), floats[0].dtype
+    return b, (read, write), (floats or ours_in)[0].dtype
 
   return build
 

@@ -190,8 +190,20 @@ def resize(x: jax.Array, axes: tuple[tuple[int, int, float | None], ...], align:
   None) per spatial axis): the last axis first, then the others from the last inward, each
   only where its length changes."""
   lead = x.ndim - len(axes)
-  for d in range(len(axes) - 1, -1, -1):
+  todo = [d for d in range(len(axes) - 1, -1, -1) if axes[d][0] != axes[d][1]]
+  for n, d in enumerate(todo):
     n_in, n_out, scale = axes[d]
-    if n_in != n_out:
-      x = _pass(x, lead + d, *axis_table(n_in, n_out, scale, align, kind, antialias))
+    taps, w16, precision = axis_table(n_in, n_out, scale, align, kind, antialias)
+    if n < len(todo) - 1 and n_out > n_in:
+      # An upsampling pass that another follows is computed as two halves joined along the
+      # axis: XLA never fuses such a concatenation into its consumer (see
+      # jaxops._resize_kernel._materialized), which would otherwise recompute every tap of this
+      # pass for each tap of the next (bicubic x2.5 on 8x3x256x256: 29-41 ms against 9-10).
+      # A downsampling pass fused into the next runs faster than materialised (antialiased
+      # bicubic 256 -> 64: 1.4 ms against 3.0).
+      h = n_out // 2
+      x = jnp.concatenate([_pass(x, lead + d, taps[:h], w16[:h], precision),
+                           _pass(x, lead + d, taps[h:], w16[h:], precision)], axis=lead + d)
+    else:
+      x = _pass(x, lead + d, taps, w16, precision)
   return x
