@@ -18,6 +18,8 @@ def _info() -> int:
 
   print(f"jaxops {jaxops.__version__}  (jax {jax.__version__}, numpy {np.__version__})")
   print(f"public functions: {', '.join(jaxops.__all__)}")
+  import jaxops.torch
+  print(f"jaxops.torch (torch.nn.functional's names): {', '.join(jaxops.torch.__all__)}")
   try:
     import onnx
     import onnx.defs

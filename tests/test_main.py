@@ -34,6 +34,10 @@ def test_info_lists_every_version_of_every_op():
   assert rows["GlobalMaxPool"] == ["1*", "22*"]
   assert rows["LpPool"] == [f"{v}*" for v in (1, 2, 11, 18, 22)]
   assert rows["GlobalLpPool"] == ["1*", "2*", "22*"]
+  import jaxops.torch
+  names = proc.stdout.split("jaxops.torch (torch.nn.functional's names): ")[1].splitlines()[0]
+  assert names.split(", ") == list(jaxops.torch.__all__)
+  assert {"interpolate", "grid_sample", "roi_align", "pixel_shuffle"} <= set(names.split(", "))
 
 
 def test_conformance_counts_and_exit_code(capsys):
