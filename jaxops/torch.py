@@ -15,7 +15,7 @@ How each maps onto jaxops:
   precision (float32 coordinates for float32 inputs, float64 for float64 ones, nearest indices
   rounded to float32 before the floor, as ATen's kernels compute them; which of ATen's kernels
   runs can depend on the output size); "area" is ``adaptive_avg_pool``. uint8 images
-  (bilinear, bicubic) take ATen's integer passes instead (``jaxops._torch_uint8``).
+  (bilinear, bicubic, lanczos) take ATen's integer passes instead (``jaxops._torch_uint8``).
 - ``avg_pool1d/2d/3d``: ``jaxops.average_pool`` with symmetric pads (torch's ceil_mode and
   count_include_pad are AveragePool-22's); ``divisor_override`` rescales by a static table.
 - ``max_pool1d/2d/3d``: ``jaxops.max_pool`` with symmetric pads; torch's per-plane indices are
@@ -42,7 +42,6 @@ How each maps onto jaxops:
   row-major order; a window holding NaN gives NaN at its last NaN): all taps in one pass for
   small windows, one axis at a time for larger ones, carrying plane positions from static
   tables; the gradient goes to that element.
-
 - ``upsample``, ``upsample_nearest``, ``upsample_bilinear`` (deprecated in torch): ``interpolate``
   as torch calls it (``upsample_bilinear`` with ``align_corners=True``);
   ``max_pool{1,2,3}d_with_indices`` and ``adaptive_max_pool{1,2,3}d_with_indices``: the pools
@@ -380,10 +379,10 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
     Pillow's Lanczos-3 filter ``sinc(x) * sinc(x / 3)`` on ``|x| < 3`` (torch 2.13).
   - "area": ``adaptive_avg_pool`` to the output size.
   - uint8 input to "bilinear"/"bicubic" (plain or antialiased) and "lanczos": ATen's integer
-    arithmetic,
-    exactly: weights computed in double (bicubic without antialias with ``a = -0.75``, taps
-    outside the input added to the edge tap), scaled to int16 with a per-axis precision, one
-    rounding shift and clamp per pass, the width first (``jaxops._torch_uint8``).
+    arithmetic, exactly: weights computed in double (bicubic without antialias with
+    ``a = -0.75``, taps outside the input added to the edge tap), scaled to int16 with a
+    per-axis precision, one rounding shift and clamp per pass, the width first
+    (``jaxops._torch_uint8``).
 
   Args:
     input: ``(N, C, *spatial)`` array; float16, bfloat16, float32 or float64; also uint8 for
