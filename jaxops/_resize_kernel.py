@@ -104,6 +104,14 @@ def _strided_taps(x: jax.Array, o: int, b: int, count: int) -> jax.Array:
   return y
 
 
+def _clamps(t: Table, ph: Phases) -> bool:
+  """Whether a live tap of the phase plan reaches past either end of the input (its strided
+  slices then repeat an edge element, ``_strided_taps``)."""
+  off = ph.off[:, ph.live]
+  return bool(off.size) and (int(off.min()) < 0
+                             or ph.b * (t.n_out // ph.a - 1) + int(off.max()) > t.n_in - 1)
+
+
 def _phase_sum(x: jax.Array, t: Table, ph: Phases, barrier: bool) -> jax.Array:
   """``_gather_sum`` along the minor axis of a periodic table, without gathers.
 
@@ -230,11 +238,14 @@ def _static_impl(x: jax.Array, *, axis: int, table: Table, barrier: tuple[bool, 
   dtype = x.dtype
   xc = x if table.copy else x.astype(compute_dtype(dtype))
   ph = table.phases() if axis == x.ndim - 1 and plan != "gathers" else None
-  if ph is not None and table.copy and ph.a > 1 and ph.b > 1:
+  if ph is not None and table.copy and ((ph.a > 1 and ph.b > 1) or ph.fix
+                                        or _clamps(table, ph)):
     # A nearest pass at a ratio a/b with both above 1 (x1.5, x1.25, x0.75) would interleave a
-    # strided slices of stride b; its gathers run 3-4 times faster (nearest x1.5 on
-    # 8x3x256x256: 1.8 ms against 5.3, PyTorch 2.6). Tables that weigh their taps keep the
-    # phases (linear x1.5: 4.3 ms against 9.2 with gathers).
+    # strided slices of stride b, and one whose taps reach past an edge (half_pixel with
+    # nearest_mode floor or ceil) would select the repeated edge in the same loop; their
+    # gathers run 1.5-4 times faster (on 8x3x256x256, nearest x1.5: 1.8 ms against 5.3,
+    # PyTorch 2.6; see the README). Tables that weigh their taps keep the phases (linear x1.5:
+    # 4.3 ms against 9.2 with gathers).
     ph = None
   if ph is not None:
     y = _phase_sum(xc, table, ph, barrier[0])
