@@ -26,21 +26,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxops._aten import _area_scale, _cubic_far, _cubic_near, _floorf
+
 # ATen's precision search stops at 22 bits
 _MAX_PRECISION = 22
 
 
-def _scale(n_in: int, n_out: int, align: bool, scale: float | None) -> float:
-  """area_pixel_compute_scale<double>."""
-  if align:
-    return (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-  if scale is not None and scale > 0:
-    return 1.0 / scale
-  return n_in / n_out
-
-
 def _sinc(x: float) -> float:
-  """HelperInterpLanczos::sinc_filter<double>."""
+  """HelperInterpLanczos::sinc_filter<double> (``math.sin`` is the C library's ``sin``, as
+  ATen's ``std::sin``; NumPy's own vectorised ``sin``, which jaxops.torch's float tables use,
+  may differ in the last bit, enough to move an int16 weight's rounding)."""
   if x == 0.0:
     return 1.0
   x *= math.pi
@@ -56,9 +51,9 @@ def _filter(kind: str, a: float, x: float) -> float:
   if kind == "lanczos":  # Lanczos-3
     return _sinc(x) * _sinc(x / 3.0) if x < 3.0 else 0.0
   if x < 1.0:
-    return ((a + 2) * x - (a + 3)) * x * x + 1
+    return float(_cubic_near(np.float64, x, a))
   if x < 2.0:
-    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return float(_cubic_far(np.float64, x, a))
   return 0.0
 
 
@@ -106,7 +101,7 @@ def _weights(n_in: int, n_out: int, s: float, align: bool, kind: str
       if not cubic and real < 0:
         real = 0.0
     # guard_index_and_lambda: floorf (a float32 floor) and a lambda clamped to [0, 1]
-    index = min(int(math.floor(np.float32(real))), n_in - 1)
+    index = min(int(_floorf(real)), n_in - 1)
     lam = min(max(real - index, 0.0), 1.0)
     lo = index - support + 1
     xmin = max(lo, 0)
@@ -132,7 +127,7 @@ def axis_table(n_in: int, n_out: int, scale: float | None, align: bool, kind: st
                antialias: bool) -> tuple[np.ndarray, np.ndarray, int]:
   """(each output position's tap positions (n_out, K), their int16 weights as int32 (n_out, K),
   zero past the taps that exist; the precision p)."""
-  s = _scale(n_in, n_out, align, scale)
+  s = float(_area_scale(np.float64, n_in, n_out, align, scale))
   if antialias:
     starts, weights, wt_max = _aa_weights(n_in, n_out, s, kind)
   else:
