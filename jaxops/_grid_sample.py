@@ -520,16 +520,16 @@ def _grid_jvp(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: _C
   parts = [_over_taps(weight[:j] + [d] + weight[j + 1:], operator.mul)
            for j, d in enumerate(slope)]
   if cfg.mode is Mode.LINEAR:
-    # per tap, as a stack of (N, M) sums: the transpose is then elementwise products added
-    # over the taps, where a product with tg[..., j, None] broadcast over the taps transposes
-    # to a reduction over the short tap axis, which XLA's CPU backend hands to its YNNPACK
-    # fusion at about 5 ms per axis on the benchmark's 8x128x128 grid (the 16 taps of cubic
-    # gain nothing from the stack)
-    coef = jnp.stack([functools.reduce(operator.add, [a[..., t] * tg[..., j]
-                                                      for j, a in enumerate(parts)])
-                      for t in range(parts[0].shape[-1])], axis=-1)
+    # tg[..., j] spread over the taps by broadcast_last, whose transpose is a sum over them
+    # that XLA keeps in one loop fusion with its producers: a broadcast tg[..., j, None]
+    # transposes to a reduction that XLA's CPU backend hands to its YNNPACK fusion, about
+    # 5 ms per axis on the benchmark's 8x128x128 grid, on the path to the scatter (jax.profiler).
+    # Cubic's 16 taps run no faster that way.
+    k = parts[0].shape[-1]
+    spread = [_fused_sum.broadcast_last(tg[..., j], k) for j in range(len(parts))]
   else:
-    coef = functools.reduce(operator.add, [a * tg[..., j, None] for j, a in enumerate(parts)])
+    spread = [tg[..., j, None] for j in range(len(parts))]
+  coef = functools.reduce(operator.add, [a * t for a, t in zip(parts, spread)])
   tangent = jax.checkpoint(_weighted_taps)(xt, _over_taps(index, operator.add), coef)
   # 0 where the samples are NaN (whatever the grid's tangent there), masked channels-last
   return out, jnp.where(bad[..., None], jnp.zeros((), cdt), tangent).transpose(0, 2, 1)
