@@ -415,7 +415,12 @@ JAX programs are dispatched as JAX does by default (asynchronously: a program of
 more runs on a worker thread, and each timed call waits for it). The GlobalAveragePool cases
 also run in a child process with `--sync-dispatch` (`jax.config.update(
 "jax_cpu_enable_async_dispatch", False)`: programs run on the calling thread), in their own
-table."""
+table.
+PyTorch runs with its default OpenMP policy, whose worker threads spin-wait for a while after
+each call: on a 2-core machine they take a core from the system timed next, every JAX system
+alike (the JAX copy floor included), which shows on sub-millisecond rows such as
+GlobalAveragePool; `OMP_WAIT_POLICY=PASSIVE` in the environment turns the spinning off
+(README, "PyTorch's spinning", has a run each way)."""
 
 
 DEVICES = (("cpu", "CPU"), ("gpu", "GPU"))
