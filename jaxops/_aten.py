@@ -8,6 +8,10 @@ from typing import Any
 import numpy as np
 
 
+# Taps of each filter at scale 1 (ATen's interp_size): linear 2, cubic 4, Lanczos-3 6.
+_INTERP_SIZE = {"linear": 2, "cubic": 4, "lanczos": 6}
+
+
 def _scales_value(dt: type, scale: float | None, n_in: int, n_out: int) -> Any:
   """ATen's compute_scales_value: 1 / scale_factor when given, else in / out, in ``dt``."""
   if scale is not None and scale > 0:

@@ -55,7 +55,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -182,6 +182,14 @@ def _gather_sum(x: jax.Array, axis: int, idx: np.ndarray, w: Any) -> jax.Array:
 _BARRIER_BYTES = 1 << 20
 
 
+def joined_halves(part: Callable[[slice], jax.Array], out: int, axis: int) -> jax.Array:
+  """``part(rows)`` for the first and the second half of ``out`` output positions, joined along
+  ``axis``: along the minor dimension, a fusion barrier XLA's CPU fusion never crosses (see
+  ``_materialized``)."""
+  h = out // 2
+  return jnp.concatenate([part(slice(0, h)), part(slice(h, out))], axis=axis)
+
+
 def _materialized(x: jax.Array, axis: int, idx: np.ndarray, w: Any, barrier: bool) -> jax.Array:
   """``_gather_sum``, computed as two parts joined along the minor dimension when ``barrier``.
 
@@ -207,9 +215,7 @@ def _materialized(x: jax.Array, axis: int, idx: np.ndarray, w: Any, barrier: boo
   if not barrier or x.ndim < 2 or n_minor < 16 or out < 2 or size < _BARRIER_BYTES:
     return _gather_sum(x, axis, idx, w)
   if axis == minor:
-    h = out // 2
-    return jnp.concatenate(
-        [_gather_sum(x, axis, idx[:h], w[:h]), _gather_sum(x, axis, idx[h:], w[h:])], axis=minor)
+    return joined_halves(lambda r: _gather_sum(x, axis, idx[r], w[r]), out, minor)
   half = (out + 1) // 2
   rows_b = np.concatenate([np.arange(half, out), [out - 1] * (2 * half - out)]).astype(np.int64)
   parts = [_gather_sum(x, axis, idx[:half], w[:half]),

@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxops._aten import _area_scale, _cubic_far, _cubic_near, _floorf
+from jaxops import _resize_kernel
+from jaxops._aten import _INTERP_SIZE, _area_scale, _cubic_far, _cubic_near, _floorf
 
 # ATen's precision search stops at 22 bits
 _MAX_PRECISION = 22
@@ -55,9 +56,6 @@ def _filter(kind: str, a: float, x: float) -> float:
   if x < 2.0:
     return float(_cubic_far(np.float64, x, a))
   return 0.0
-
-
-_INTERP_SIZE = {"linear": 2, "cubic": 4, "lanczos": 6}
 
 
 def _aa_weights(n_in: int, n_out: int, s: float, kind: str
@@ -192,13 +190,12 @@ def resize(x: jax.Array, axes: tuple[tuple[int, int, float | None], ...], align:
     if n < len(todo) - 1 and n_out > n_in:
       # An upsampling pass that another follows is computed as two halves joined along the
       # axis: XLA never fuses such a concatenation into its consumer (see
-      # jaxops._resize_kernel._materialized), which would otherwise recompute every tap of this
+      # jaxops._resize_kernel.joined_halves), which would otherwise recompute every tap of this
       # pass for each tap of the next (bicubic x2.5 on 8x3x256x256: 29-41 ms against 9-10).
       # A downsampling pass fused into the next runs faster than materialised (antialiased
       # bicubic 256 -> 64: 1.4 ms against 3.0).
-      h = n_out // 2
-      x = jnp.concatenate([_pass(x, lead + d, taps[:h], w16[:h], precision),
-                           _pass(x, lead + d, taps[h:], w16[h:], precision)], axis=lead + d)
+      x = _resize_kernel.joined_halves(
+          lambda r: _pass(x, lead + d, taps[r], w16[r], precision), n_out, lead + d)
     else:
       x = _pass(x, lead + d, taps, w16, precision)
   return x

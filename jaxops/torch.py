@@ -71,7 +71,8 @@ import jaxops
 from jaxops import _checks
 from jaxops import _resize_kernel
 from jaxops import _torch_uint8
-from jaxops._aten import _area_scale, _cubic_far, _cubic_near, _floorf, _fma, _scales_value
+from jaxops._aten import (_INTERP_SIZE, _area_scale, _cubic_far, _cubic_near, _floorf, _fma,
+                          _scales_value)
 
 __all__ = [
     "interpolate",
@@ -202,7 +203,7 @@ def _aa_table(dt: type, n_in: int, n_out: int, align: bool, scale: float | None,
               kind: str) -> tuple[np.ndarray, np.ndarray]:
   """ATen's antialiased (Pillow-style) tables: a stretched triangle, Keys a=-0.5 or Lanczos-3
   kernel, taps outside the input dropped and the rest normalised."""
-  interp = {"linear": 2, "cubic": 4, "lanczos": 6}[kind]
+  interp = _INTERP_SIZE[kind]
   s = _area_scale(dt, n_in, n_out, align, scale)
   support = dt(interp * 0.5) * s if s >= 1 else dt(interp * 0.5)
   k_max = int(math.ceil(support)) * 2 + 1
