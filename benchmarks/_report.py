@@ -420,7 +420,7 @@ PyTorch runs with its default OpenMP policy, whose worker threads spin-wait for 
 each call: on a 2-core machine they take a core from the system timed next, every JAX system
 alike (the JAX copy floor included), which shows on sub-millisecond rows such as
 GlobalAveragePool; `OMP_WAIT_POLICY=PASSIVE` in the environment turns the spinning off
-(README, "PyTorch's spinning", has a run each way)."""
+(docs/PERFORMANCE.md, "Runtimes that spin", has a run each way)."""
 
 
 DEVICES = (("cpu", "CPU"), ("gpu", "GPU"))

@@ -23,7 +23,7 @@ padding, float32), in one process, each system in its own phase (torch first):
 * the minor page faults per call of the jaxops row (``getrusage``), which glibc's default
   allocator adds to every call whose temporaries it maps afresh.
 
-Nothing is asserted and nothing is written; README's "Where jaxops trails, and why" quotes a
+Nothing is asserted and nothing is written; docs/PERFORMANCE.md quotes a
 run.
 """
 

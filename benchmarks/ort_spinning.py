@@ -13,8 +13,8 @@ never go to sleep. This times a few of the benchmark's onnxruntime rows three wa
 in its own phase of one process (a pause after the spinning phase, so that its threads are
 asleep when jaxops runs), three rounds (medians): jaxops (jitted, default dispatch),
 onnxruntime as the benchmark configures it, and onnxruntime with default session options (2
-intra-op threads in both). Nothing is asserted and nothing is written; README's "Where jaxops
-trails" quotes a run.
+intra-op threads in both). Nothing is asserted and nothing is written; docs/PERFORMANCE.md
+quotes a run.
 """
 
 from __future__ import annotations
