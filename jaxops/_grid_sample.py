@@ -253,7 +253,9 @@ def _block_axis(g: Any, length: int, cfg: _Config, p: int) -> tuple[Any, Any, An
   if cfg.mode is Mode.CUBIC and pad is PaddingMode.BORDER:
     taps = jnp.clip(taps, 0, length - 1)
   slots = start[..., None] + jnp.arange(k, dtype=u.dtype).reshape((1,) * start.ndim + (-1,))
-  w = jnp.sum(jnp.where(taps[..., :, None] == slots[..., None, :], w[..., :, None], 0), axis=-2)
+  # summed with _fused_sum.sum_last: a jnp.sum here would send the fusion that multiplies these
+  # weights by the cotangent's rows (in the input's gradient) to XLA's YNNPACK path
+  w = _fused_sum.sum_last(jnp.where(taps[..., None, :] == slots[..., :, None], w[..., None, :], 0))
   return start.astype(jnp.int32), w, bad
 
 
