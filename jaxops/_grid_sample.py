@@ -39,6 +39,7 @@ from jaxops import _checks
 from jaxops import _fused_sum
 from jaxops import _interp
 from jaxops._interp import Mode
+from jaxops._row_gather import row_gather
 
 _OP = "jaxops.grid_sample"
 _OP_AFFINE = "jaxops.affine_grid"
@@ -384,7 +385,7 @@ def _weighted_axis_rows(cdt: Any, xt: jax.Array, bad: jax.Array, *tables: jax.Ar
   for taps in itertools.product(*[range(i.shape[-1]) for i in index]):
     flat = functools.reduce(operator.add, [i[..., t] for i, t in zip(index, taps)])
     w = functools.reduce(operator.mul, [v[..., t] for v, t in zip(weight, taps)])
-    rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat)
+    rows = row_gather(xt, flat)
     out = out + w[..., None] * rows
   return _nan_at(bad, out)
 
@@ -395,7 +396,7 @@ def _weighted_taps(xt: jax.Array, flat: jax.Array, coef: jax.Array) -> jax.Array
   in ``coef``; its transpose (``coef``'s cotangent, (N, M, T)) is each tap's row times the
   cotangent summed over the channels, a ``_fused_sum`` sum that XLA computes with the row
   gather inside its loop."""
-  rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat)
+  rows = row_gather(xt, flat)
   return jnp.sum(_fused_sum.broadcast_last(coef, xt.shape[-1]) * rows, axis=2)
 
 
@@ -563,7 +564,7 @@ def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
   xt = _pixel_rows(x, x.dtype)
 
   def nearest(xt: jax.Array, flat: jax.Array, weight: jax.Array, bad: jax.Array) -> jax.Array:
-    rows = jax.vmap(lambda a, i: a.at[i].get(mode="promise_in_bounds"))(xt, flat[..., 0])
+    rows = row_gather(xt, flat[..., 0])
     rows = jnp.where(weight[..., 0, None] > 0, rows, jnp.zeros((), x.dtype))
     return _nan_at(bad, rows) if x.dtype in _FLOATS else rows
 
