@@ -540,7 +540,10 @@ def _grid_jvp(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: _C
   else:
     spread = [tg[..., j, None] for j in range(len(parts))]
   coef = functools.reduce(operator.add, [a * t for a, t in zip(parts, spread)])
-  tangent = jax.checkpoint(_weighted_taps)(xt, _over_taps(index, operator.add), coef)
+  # The taps' flat offsets materialised (behind the CPU's conditional): fused into the loop of
+  # the transpose, they would be computed again from the grid for every channel of every tap.
+  flat = _cpu_materialised(lambda *i: _over_taps(list(i), operator.add), x.size, *index)
+  tangent = jax.checkpoint(_weighted_taps)(xt, flat, coef)
   # 0 where the samples are NaN (whatever the grid's tangent there), masked channels-last
   return out, jnp.where(bad[..., None], jnp.zeros((), cdt), tangent).transpose(0, 2, 1)
 
