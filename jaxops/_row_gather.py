@@ -11,7 +11,9 @@ own rows and the partitioner would gather the whole batch on every device, so th
 to the batched form, which a batch-sharded input partitions without collectives.
 
 The primitive is linear in ``xt``: its tangent is itself and its transpose the batched
-scatter-add of the plain form; under ``vmap`` it folds the mapped axis into the images.
+scatter-add of the plain form. Under ``vmap`` a mapped table folds the mapped axis into the
+images, and a table shared by mapped indices takes the mapped axis as one more index axis
+(the table is not copied).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def _abstract(xt: Any, idx: Any) -> Any:
 
 
 def _transpose(ct: Any, xt: Any, idx: Any) -> list[Any]:
-  assert ad.is_undefined_primal(xt) and not ad.is_undefined_primal(idx)
+  # linear in xt only: idx is an integer array, never an undefined primal
   if type(ct) is ad.Zero:
     return [ad.Zero(xt.aval), None]
   zeros = jnp.zeros(xt.aval.shape, xt.aval.dtype)
@@ -69,11 +71,12 @@ def _transpose(ct: Any, xt: Any, idx: Any) -> list[Any]:
 def _batch(args: Any, dims: Any) -> tuple[Any, int]:
   xt, idx = args
   dx, di = dims
-  b = xt.shape[dx] if dx is not None else idx.shape[di]
-  xt = (jnp.moveaxis(xt, dx, 0) if dx is not None
-        else jnp.broadcast_to(xt, (b,) + xt.shape))
-  idx = (jnp.moveaxis(idx, di, 0) if di is not None
-         else jnp.broadcast_to(idx, (b,) + idx.shape))
+  if dx is None:  # one table, several index sets: the mapped axis is one more index axis
+    return row_gather(xt, jnp.moveaxis(idx, di, 1)), 1
+  xt = jnp.moveaxis(xt, dx, 0)
+  b = xt.shape[0]
+  idx = jnp.moveaxis(idx, di, 0) if di is not None else jnp.broadcast_to(idx, (b,) + idx.shape)
+  # several tables: the mapped axis folds into the images
   out = row_gather(xt.reshape((-1,) + xt.shape[2:]), idx.reshape((-1,) + idx.shape[2:]))
   return out.reshape((b, idx.shape[1]) + out.shape[1:]), 0
 
