@@ -55,12 +55,17 @@ sum_last_p.def_abstract_eval(lambda v: v.update(shape=v.shape[:-1]))
 mlir.register_lowering(broadcast_last_p, mlir.lower_fun(_broadcast_impl, multiple_results=False))
 
 
+def partitioned(ctx: Any) -> bool:
+  """Whether the program a lowering rule is called for is compiled for several devices (SPMD
+  partitioning), from the lowering context."""
+  context = ctx.module_context.axis_context
+  return getattr(context, "num_devices", 1) > 1 or hasattr(context, "mesh")
+
+
 def _sum_lowering(ctx: Any, v: Any) -> Any:
   # XLA's SPMD partitioner accepts only the reductions it knows (add, max, ...): a program
   # compiled for several devices sums with add, as jnp.sum does.
-  context = ctx.module_context.axis_context
-  partitioned = getattr(context, "num_devices", 1) > 1 or hasattr(context, "mesh")
-  impl = (lambda u: jnp.sum(u, axis=-1)) if partitioned else _sum_impl
+  impl = (lambda u: jnp.sum(u, axis=-1)) if partitioned(ctx) else _sum_impl
   return mlir.lower_fun(impl, multiple_results=False)(ctx, v)
 
 

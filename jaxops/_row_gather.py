@@ -27,6 +27,8 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from jaxops import _fused_sum
+
 row_gather_p = Primitive("jaxops_row_gather")
 
 
@@ -50,9 +52,8 @@ def _flat(xt: Any, idx: Any) -> Any:
 
 
 def _lowering(ctx: Any, xt: Any, idx: Any) -> Any:
-  context = ctx.module_context.axis_context
-  partitioned = getattr(context, "num_devices", 1) > 1 or hasattr(context, "mesh")
-  return mlir.lower_fun(_batched if partitioned else _flat, multiple_results=False)(ctx, xt, idx)
+  impl = _batched if _fused_sum.partitioned(ctx) else _flat
+  return mlir.lower_fun(impl, multiple_results=False)(ctx, xt, idx)
 
 
 def _abstract(xt: Any, idx: Any) -> Any:
