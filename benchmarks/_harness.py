@@ -105,6 +105,15 @@ class Case:
     return min(peers, key=lambda s: s.median_s or np.inf) if peers else None
 
 
+# XLA options every JAX system (jaxops and the JAX peers alike) is compiled with, as a user passes
+# them to ``jax.jit(...).lower(...).compile(compiler_options)``: empty (XLA's defaults) unless
+# ``python -m benchmarks.run --xla-scheduler memory`` sets MEMORY_SCHEDULER.
+COMPILER_OPTIONS: dict[str, Any] = {}
+# XLA's memory-optimized instruction scheduler for the CPU, in place of its default
+# (concurrency-optimized) one.
+MEMORY_SCHEDULER = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+
+
 class Builder:
   """Collects the systems of one case; a system that cannot be built is listed as missing."""
 
@@ -135,10 +144,11 @@ class Builder:
     self.missing.append((name, reason))
 
   def jax(self, fn: Callable[..., Any], *args: Any, note: str = "") -> System:
-    """A jitted JAX system on this builder's device; compile time measured separately."""
+    """A jitted JAX system on this builder's device, compiled with ``COMPILER_OPTIONS``;
+    compile time measured separately."""
     args = tuple(jax.device_put(a, self.device) for a in args)
     t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
+    compiled = jax.jit(fn).lower(*args).compile(dict(COMPILER_OPTIONS) or None)
     compile_s = time.perf_counter() - t0
 
     def run() -> Any:

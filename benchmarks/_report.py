@@ -55,7 +55,7 @@ def result(case: Case) -> dict[str, Any]:
 
 
 EXTRA_KEYS = ("jaxops_s", "best_agreeing_peer", "ratio_best_agreeing_peer", "jaxops_faults",
-              "peer_faults")
+              "peer_faults", "jaxops_largest_block")
 
 
 def attach(results: Sequence[dict[str, Any]], name: str,
@@ -263,11 +263,13 @@ def extra_table(results: Sequence[dict[str, Any]], name: str) -> str:
       continue
     rows.append([r["label"], _ms(r["jaxops_s"]),
                  f"{_x(r['ratio_best_agreeing_peer'])} ({r['best_agreeing_peer']})",
-                 _n(r.get("jaxops_faults")), _ms(e["jaxops_s"]), _extra_ratio(r, name),
-                 _n(e["jaxops_faults"])])
+                 _n(r.get("jaxops_faults")), _mb(r.get("jaxops_largest_block")),
+                 _ms(e["jaxops_s"]), _extra_ratio(r, name), _n(e["jaxops_faults"]),
+                 _mb(e.get("jaxops_largest_block"))])
   return _table(["case", "jaxops ms, main run", "jaxops / best agreeing peer, main run",
-                 "jaxops faults / call, main run", f"jaxops ms, {name}",
-                 f"jaxops / best agreeing peer, {name}", f"jaxops faults / call, {name}"], rows)
+                 "jaxops faults / call, main run", "jaxops largest block MiB, main run",
+                 f"jaxops ms, {name}", f"jaxops / best agreeing peer, {name}",
+                 f"jaxops faults / call, {name}", f"jaxops largest block MiB, {name}"], rows)
 
 
 def detail_table(results: Sequence[dict[str, Any]]) -> str:
@@ -415,7 +417,9 @@ JAX programs are dispatched as JAX does by default (asynchronously: a program of
 more runs on a worker thread, and each timed call waits for it). The GlobalAveragePool cases
 also run in a child process with `--sync-dispatch` (`jax.config.update(
 "jax_cpu_enable_async_dispatch", False)`: programs run on the calling thread), in their own
-table.
+table. The backward cases also run in a child process with `--xla-scheduler memory` (every JAX
+system compiled with XLA's memory-optimized instruction scheduler instead of its default,
+concurrency-optimized one), in their own table.
 PyTorch runs with its default OpenMP policy, whose worker threads spin-wait for a while after
 each call: on a 2-core machine they take a core from the system timed next, every JAX system
 alike (the JAX copy floor included), which shows on sub-millisecond rows such as
@@ -437,7 +441,8 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
       f"{meta['platform']}; Python {meta['python']}; GPU: {meta['gpu'] or 'none'}",
       f"- threads: {meta['threads']} (XLA CPU pool via CPU affinity, torch, onnxruntime intra-op); "
       f"malloc: {meta.get('malloc', 'glibc default')}; JAX CPU dispatch: "
-      f"{meta.get('jax_dispatch', 'async (JAX default)')}",
+      f"{meta.get('jax_dispatch', 'async (JAX default)')}; XLA CPU scheduler: "
+      f"{meta.get('xla_scheduler', 'XLA default')}",
       f"- load average (1/5/15 min) at the end of the run: {meta['load']} (a busy machine "
       "inflates every time, most of all torch's OpenMP regions on tiny inputs)",
       "- versions: " + ", ".join(f"{k} {v[k]}" for k in v),
@@ -465,6 +470,18 @@ def _extra_lines(run: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[st
               f"average at its end: {m.get('load')}). A user gets this with "
               "`jax.config.update(\"jax_cpu_enable_async_dispatch\", False)` before the first "
               "computation.", "", extra_table(rows, "sync")]
+  if extras.get("memsched"):
+    m = extras["memsched"]
+    lines += ["", "### CPU: XLA's memory-optimized scheduler", "",
+              "The backward cases again, in a child process with `--xla-scheduler memory` "
+              f"(every JAX system, jaxops and the JAX peers alike, compiled with XLA's "
+              f"memory-optimized instruction scheduler; malloc: {m.get('malloc')}; load average "
+              f"at its end: {m.get('load')}). XLA's default CPU scheduler orders a program for "
+              "concurrency and keeps more temporaries alive at once: a larger block, mapped and "
+              "faulted in afresh on every call once it passes glibc's 32 MiB threshold. A user "
+              "gets this with `jax.jit(f, compiler_options={\"xla_cpu_scheduler_type\": "
+              "\"CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED\"})` (or the same option in `XLA_FLAGS`).",
+              "", extra_table(rows, "memsched")]
   return lines
 
 

@@ -10,8 +10,10 @@ Usage::
 
 The main table is measured as a user who changes nothing gets it: glibc's allocator defaults and
 JAX's default (asynchronous) CPU dispatch. Then, unless --no-extras, the same cases run again in a
-child process started with the allocator settings of STEADY_ENV (the README's advice), and the
-GlobalAveragePool cases once more with synchronous JAX dispatch; both become extra columns.
+child process started with the allocator settings of STEADY_ENV (the README's advice), the
+GlobalAveragePool cases once more with synchronous JAX dispatch, and the backward cases with XLA's
+memory-optimized instruction scheduler (``--xla-scheduler memory``); they become an extra column
+and two extra tables.
 
 On a machine with a CUDA GPU (jax with CUDA and/or torch with CUDA) the same cases also run on
 the GPU against torch CUDA and jax.image, with the device's copy bandwidth measured in the same
@@ -58,13 +60,19 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                       "faults its outputs in again on every call (see steady_malloc)")
   p.add_argument("--no-extras", dest="extras", action="store_false",
                  help="skip the extra columns: the same cases in a child process with the "
-                      "steady allocator settings from the environment (STEADY_ENV), and the "
-                      f"cases matching {SYNC_WORDS!r} with --sync-dispatch")
+                      "steady allocator settings from the environment (STEADY_ENV), the "
+                      f"cases matching {SYNC_WORDS!r} with --sync-dispatch, and the backward "
+                      "cases with --xla-scheduler memory")
   p.add_argument("--sync-dispatch", action="store_true",
                  help="run JAX programs on the calling thread (jax_cpu_enable_async_dispatch "
                       "off). Default: JAX's default, async dispatch, which hands every program "
                       "of 1000 or more flops to a worker thread; on tiny cases that handoff, not "
                       "the computation, is most of the time")
+  p.add_argument("--xla-scheduler", choices=("default", "memory"), default="default",
+                 help="default: XLA's CPU instruction scheduler as a user gets it (default); "
+                      "memory: every JAX system compiled with XLA's memory-optimized scheduler "
+                      "(compiler option xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"
+                      "), which keeps fewer temporaries alive at once")
   p.add_argument("--exact", default="", help=argparse.SUPPRESS)  # "|"-separated labels (extras)
   p.add_argument("--tiny", action="store_true", help="tiny sizes (the smoke test)")
   p.add_argument("--list", action="store_true", help="print the selected case labels and exit")
@@ -176,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   from benchmarks import (_harness, _report, cast_cases, pool_cases, resample_cases, resize_cases,
                           torch_cases)
+  if args.xla_scheduler == "memory":
+    _harness.COMPILER_OPTIONS.update(_harness.MEMORY_SCHEDULER)
 
   specs = [*resize_cases.SPECS, *pool_cases.SPECS, *cast_cases.SPECS, *resample_cases.SPECS,
            *torch_cases.SPECS]
@@ -218,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   meta = _report.machine(args.threads, argv, gpu)
   meta["malloc"] = malloc
   meta["jax_dispatch"] = "sync (calling thread)" if args.sync_dispatch else "async (JAX default)"
+  meta["xla_scheduler"] = ("memory-optimized (compiler option)" if args.xla_scheduler == "memory"
+                           else "XLA default")
   if "gpu" in devices[args.device] and not args.tiny:
     meta["device_copy_gbps"] = _harness.device_copy_gbps(_harness.Context(
         "gpu", False, args.threads).jax_device())
@@ -226,9 +238,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     steady = extra_run(args, labels, STEADY_ENV, [])
     sync = extra_run(args, [x for x in labels if SYNC_WORDS.lower() in x.lower()],
                      {}, ["--sync-dispatch"])
-    meta["extras"] = {"steady": steady["meta"], "sync": sync["meta"]}
+    memsched = extra_run(args, [x for x in labels if x.endswith(" bwd")], {},
+                         ["--xla-scheduler", "memory"])
+    meta["extras"] = {"steady": steady["meta"], "sync": sync["meta"],
+                      "memsched": memsched["meta"]}
     _report.attach(results, "steady", steady["results"])
     _report.attach(results, "sync", sync["results"])
+    _report.attach(results, "memsched", memsched["results"])
   _report.write(meta, results, devices[args.device], args.out, args.reps, args.runs, gpu_reason,
                 args.json)
   print()

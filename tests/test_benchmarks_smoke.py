@@ -84,20 +84,39 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_extra_runs_add_the_steady_column_and_the_sync_dispatch_table(tmp_path: Path) -> None:
+def test_extra_runs_add_the_steady_column_and_the_sync_and_scheduler_tables(
+    tmp_path: Path) -> None:
   out = tmp_path / "out"
   proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",
-              "--device", "cpu", "--only", "GlobalAveragePool 2d fwd", "--out", str(out),
+              "--device", "cpu", "--only", "GlobalAveragePool 2d", "--out", str(out),
               "--json", str(tmp_path / "r.json"))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  (r,) = json.loads((tmp_path / "r.json").read_text())["results"]
-  assert r["label"] == "GlobalAveragePool 2d fwd"
-  for extra in ("steady", "sync"):
-    assert r[extra]["jaxops_s"] > 0 and r[extra]["ratio_best_agreeing_peer"] > 0, r
+  fwd, bwd = json.loads((tmp_path / "r.json").read_text())["results"]
+  assert (fwd["label"], bwd["label"]) == ("GlobalAveragePool 2d fwd", "GlobalAveragePool 2d bwd")
+  for r, extras in ((fwd, ("steady", "sync")), (bwd, ("steady", "sync", "memsched"))):
+    for extra in extras:
+      assert r[extra]["jaxops_s"] > 0 and r[extra]["ratio_best_agreeing_peer"] > 0, r
+  assert "memsched" not in fwd  # the scheduler's extra run takes the backward cases only
   text = (out / "RESULTS.md").read_text()
   assert "jaxops / best agreeing peer, steady malloc" in text
   assert "MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824" in text
   assert "### CPU: synchronous JAX dispatch" in text and "sync (calling thread)" in text
+  assert "### CPU: XLA's memory-optimized scheduler" in text
+  assert "jaxops / best agreeing peer, memsched" in text
+
+
+def test_builder_compiles_with_the_compiler_options(monkeypatch: pytest.MonkeyPatch) -> None:
+  # --xla-scheduler memory reaches XLA through COMPILER_OPTIONS: a value XLA rejects proves that
+  # the option is passed (and the real one is accepted and changes the compiled program).
+  import jax.numpy as jnp
+  ctx = _harness.Context("cpu", True, 1)
+  b = _harness.Builder(ctx.jax_device(), np.ones(3, np.float32))
+  monkeypatch.setattr(_harness, "COMPILER_OPTIONS", {"xla_cpu_scheduler_type": "NO_SUCH_TYPE"})
+  with pytest.raises(Exception, match="xla_cpu_scheduler_type"):
+    b.jax(lambda a: jnp.sin(a), np.ones(3, np.float32))
+  monkeypatch.setattr(_harness, "COMPILER_OPTIONS", dict(_harness.MEMORY_SCHEDULER))
+  system = b.jax(lambda a: jnp.sin(a), np.ones(3, np.float32))
+  np.testing.assert_allclose(np.asarray(system.run()), np.sin(np.ones(3)), rtol=1e-6)
 
 
 def test_eager_command_at_tiny_sizes() -> None:
