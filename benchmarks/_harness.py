@@ -328,7 +328,10 @@ def device_copy_gbps(device: Any, nbytes: int = 1 << 30, calls: int = 20) -> flo
 
 
 def to_f64(out: Any) -> np.ndarray:
-  """Any system's output (jax, torch, numpy, ml_dtypes) as a float64 NumPy array on the host."""
+  """Any system's output (jax, torch, numpy, ml_dtypes) as a float64 NumPy array on the host; a
+  tuple of outputs (the gradients of a backward case) flattened and concatenated in order."""
+  if isinstance(out, (tuple, list)):
+    return np.concatenate([to_f64(o).ravel() for o in out])
   if hasattr(out, "detach"):  # torch
     import torch
     out = out.detach().to("cpu")

@@ -5,8 +5,9 @@ it maps to runs beside it as a reference that is not a peer (its column shows th
 overhead: the issue's bar is the operator's time plus 5%), and torch 2.13 CPU (or CUDA on a
 GPU) is the peer. Shapes are the underlying operators' benchmark shapes, plus
 ``adaptive_avg_pool2d`` 7x7 from 8x512x14x14 and ``interpolate(bicubic, scale_factor=2.5)``.
-Backward rows time the gradient of ``sum(out ** 2)`` with respect to every floating input,
-flattened and concatenated (x; and grid, theta or boxes where the function has them).
+Backward rows time the gradients of ``sum(out ** 2)`` with respect to every floating input
+(x; and grid, theta or boxes where the function has them), returned as a tuple as a user gets
+them (flattened and concatenated only for the agreement check, which is not timed).
 """
 
 from __future__ import annotations
@@ -188,8 +189,8 @@ CASES = (
 
 def _jax_fn(call: Callable[..., Any], module: Any, pick: int | None, grads: tuple[int, ...],
             backward: bool) -> Callable[..., Any]:
-  """The forward (picked output) or the gradient of sum(out ** 2) w.r.t. ``grads``, flattened
-  and concatenated."""
+  """The forward (picked output) or the gradients of sum(out ** 2) w.r.t. ``grads`` (a tuple,
+  as a user gets them)."""
 
   def fwd(*args: Any) -> Any:
     out = call(module, *args)
@@ -198,9 +199,8 @@ def _jax_fn(call: Callable[..., Any], module: Any, pick: int | None, grads: tupl
   if not backward:
     return fwd
 
-  def bwd(*args: Any) -> jax.Array:
-    gs = jax.grad(lambda *a: jnp.sum(jnp.square(fwd(*a))), argnums=grads)(*args)
-    return jnp.concatenate([g.ravel() for g in gs])
+  def bwd(*args: Any) -> tuple[jax.Array, ...]:
+    return jax.grad(lambda *a: jnp.sum(jnp.square(fwd(*a))), argnums=grads)(*args)
 
   return bwd
 
@@ -223,8 +223,7 @@ def _torch_fn(c: TorchCase, theirs: Callable[..., Any], tensors: tuple[Any, ...]
 
   def run_bwd() -> Any:
     y = fwd()
-    gs = torch.autograd.grad((y * y).sum(), [tensors[i] for i in c.grads])
-    return torch.cat([g.reshape(-1) for g in gs])
+    return torch.autograd.grad((y * y).sum(), [tensors[i] for i in c.grads])
 
   return run_bwd
 
