@@ -464,25 +464,31 @@ def _extra_lines(run: dict[str, Any], rows: Sequence[dict[str, Any]]) -> list[st
               f"`{env}` (malloc: {m.get('malloc')}); load average at its end: {m.get('load')}."]
   if extras.get("sync"):
     m = extras["sync"]
-    lines += ["", "### CPU: synchronous JAX dispatch", "",
-              "The cases below again, in a child process with `--sync-dispatch` "
-              f"(JAX CPU dispatch: {m.get('jax_dispatch')}; malloc: {m.get('malloc')}; load "
-              f"average at its end: {m.get('load')}). A user gets this with "
-              "`jax.config.update(\"jax_cpu_enable_async_dispatch\", False)` before the first "
-              "computation.", "", extra_table(rows, "sync")]
+    lines += _extra_section(
+        "synchronous JAX dispatch", rows, "sync",
+        "The cases below again, in a child process with `--sync-dispatch` "
+        f"(JAX CPU dispatch: {m.get('jax_dispatch')}; malloc: {m.get('malloc')}; load "
+        f"average at its end: {m.get('load')}). A user gets this with "
+        "`jax.config.update(\"jax_cpu_enable_async_dispatch\", False)` before the first "
+        "computation.")
   if extras.get("memsched"):
     m = extras["memsched"]
-    lines += ["", "### CPU: XLA's memory-optimized scheduler", "",
-              "The backward cases again, in a child process with `--xla-scheduler memory` "
-              f"(every JAX system, jaxops and the JAX peers alike, compiled with XLA's "
-              f"memory-optimized instruction scheduler; malloc: {m.get('malloc')}; load average "
-              f"at its end: {m.get('load')}). XLA's default CPU scheduler orders a program for "
-              "concurrency and keeps more temporaries alive at once: a larger block, mapped and "
-              "faulted in afresh on every call once it passes glibc's 32 MiB threshold. A user "
-              "gets this with `jax.jit(f, compiler_options={\"xla_cpu_scheduler_type\": "
-              "\"CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED\"})` (or the same option in `XLA_FLAGS`).",
-              "", extra_table(rows, "memsched")]
+    lines += _extra_section(
+        "XLA's memory-optimized scheduler", rows, "memsched",
+        "The backward cases again, in a child process with `--xla-scheduler memory` "
+        "(every JAX system, jaxops and the JAX peers alike, compiled with XLA's "
+        f"memory-optimized instruction scheduler; malloc: {m.get('malloc')}; load average "
+        f"at its end: {m.get('load')}). XLA's default CPU scheduler orders a program for "
+        "concurrency and keeps more temporaries alive at once: a larger block, mapped and "
+        "faulted in afresh on every call once it passes glibc's 32 MiB threshold. A user "
+        "gets this with `jax.jit(f, compiler_options={\"xla_cpu_scheduler_type\": "
+        "\"CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED\"})` (or the same option in `XLA_FLAGS`).")
   return lines
+
+
+def _extra_section(title: str, rows: Sequence[dict[str, Any]], name: str, intro: str) -> list[str]:
+  """An extra run's section of RESULTS.md: its heading, what it ran, its table."""
+  return ["", f"### CPU: {title}", "", intro, "", extra_table(rows, name)]
 
 
 def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
