@@ -107,7 +107,7 @@ def test_extra_runs_add_the_steady_column_and_the_sync_and_scheduler_tables(
 
 def test_builder_compiles_with_the_compiler_options(monkeypatch: pytest.MonkeyPatch) -> None:
   # --xla-scheduler memory reaches XLA through COMPILER_OPTIONS: a value XLA rejects proves that
-  # the option is passed (and the real one is accepted and changes the compiled program).
+  # the option is passed, and the real one compiles and computes the same values.
   import jax.numpy as jnp
   ctx = _harness.Context("cpu", True, 1)
   b = _harness.Builder(ctx.jax_device(), np.ones(3, np.float32))
