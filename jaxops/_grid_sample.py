@@ -11,7 +11,10 @@ coordinates are masked in that branch, before the transposition back to channels
 with the same values) the linear modes and cubic zeros/border take the tangent of the block
 formulation, each point's taps read as one K**r block of a channels-last input (padded only
 where an axis is shorter than the kernel), so the transpose (the gradient with respect to
-``x``) is one block scatter-add per point rather than one scatter per tap. The blocks are
+``x``) is one block scatter-add per point rather than one scatter per tap. Where both ``x``
+and the grid vary, the two parts of the tangent are one primitive whose transpose computes the
+grid's part before the input's, so that XLA's CPU scheduler does not keep both parts'
+temporaries alive at once (``_tangent_p``). The blocks are
 gathered in chunks of points by a rematerialised ``lax.map``: the backward pass gathers a chunk
 again rather than keeping every block as a residual, so a call's temporaries stay about the
 size of the input and the output. The weights are jnp functions of the grid, so gradients flow
@@ -33,6 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
+from jax.extend.core import Primitive
+from jax.interpreters import ad
+from jax.interpreters import batching
+from jax.interpreters import mlir
 from jax.typing import ArrayLike
 
 from jaxops import _checks
@@ -288,7 +295,52 @@ def _block_chunk(xp: jax.Array, g: jax.Array, cfg: _Config, spatial: tuple[int, 
 
 
 def _blocks(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) samples from one K**r block gather per point of a padded channels-last input.
+  """(N, C, M) samples from one K**r block gather per point of a padded channels-last input
+  (``_block_rows``), NaN where ``bad`` (N, M)."""
+  return _nan_at(bad, _block_rows(x, g, cfg, cdt)).transpose(0, 2, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BlockLayout:
+  """How ``_block_rows`` reads an input: blocks of ``k`` taps per axis from the input padded by
+  ``p``, as ``xm_shape`` (its innermost axis and the channels merged), in ``chunks`` chunks of
+  ``mc`` points."""
+  k: int
+  p: int
+  mc: int
+  chunks: int
+  xm_shape: tuple[int, ...]
+
+
+def _block_layout(x_shape: tuple[int, ...], m: int, cfg: _Config, cdt: Any) -> _BlockLayout:
+  n, c, *spatial = x_shape
+  r = len(spatial)
+  k = 2 if cfg.mode is Mode.LINEAR else 4
+  # an input with every axis at least K long is read unpadded (see _block_axis)
+  p = 0 if min(spatial) >= k else 1 if cfg.mode is Mode.LINEAR else 4
+  mc = max(1, min(m, _CHUNK_BYTES // max(1, n * k ** r * c * jnp.dtype(cdt).itemsize)))
+  padded = [s + 2 * p for s in spatial]
+  return _BlockLayout(k, p, mc, -(-m // mc), (n, *padded[:-1], padded[-1] * c))
+
+
+def _block_input(x: jax.Array, cfg: _Config, cdt: Any, lay: _BlockLayout) -> jax.Array:
+  """``x`` (N, C, *S) channels-last, padded by ``lay.p``, in the layout ``lay.xm_shape``. The
+  innermost axis and the channels read as one axis (a block's K * C contiguous values), so that
+  the transpose is a scatter-add with one window axis fewer, which XLA's CPU runs faster (32
+  chunks of the benchmark's bilinear backward: 11.4 ms against 17.6). The merge is outside the
+  chunks' loop, so that the cotangent the loop carries has the scatter's shape and XLA adds
+  each chunk into it in place."""
+  r = x.ndim - 2
+  edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
+  xp = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
+  if lay.p:
+    xp = jnp.pad(xp, [(0, 0)] + [(lay.p, lay.p)] * r + [(0, 0)],
+                 mode="edge" if edge else "constant")
+  return xp.reshape(lay.xm_shape)
+
+
+def _block_rows(x: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
+  """(N, M, C) samples from one K**r block gather per point of a padded channels-last input.
 
   The points are taken in chunks (every batch element in each, so a batch-sharded input needs
   no collective) by a ``lax.map`` whose body is rematerialised: the backward pass gathers each
@@ -296,31 +348,22 @@ def _blocks(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) 
   chunk's block cotangents into one padded input cotangent.
   """
   n, c, *spatial = x.shape
-  r = len(spatial)
   m = g.shape[1]
-  k = 2 if cfg.mode is Mode.LINEAR else 4
-  # an input with every axis at least K long is read unpadded (see _block_axis)
-  p = 0 if min(spatial) >= k else 1 if cfg.mode is Mode.LINEAR else 4
-  edge = cfg.mode is Mode.CUBIC and cfg.padding is PaddingMode.BORDER
-  xp = jnp.moveaxis(x, 1, -1).astype(cdt)                                   # (N, *S, C)
-  if p:
-    xp = jnp.pad(xp, [(0, 0)] + [(p, p)] * r + [(0, 0)], mode="edge" if edge else "constant")
-  mc = max(1, min(m, _CHUNK_BYTES // max(1, n * k ** r * c * jnp.dtype(cdt).itemsize)))
-  chunks = -(-m // mc)
-  # The innermost axis and the channels read as one axis (a block's K * C contiguous values),
-  # so that the transpose is a scatter-add with one window axis fewer, which XLA's CPU runs
-  # faster (32 chunks of the benchmark's bilinear backward: 11.4 ms against 17.6). The merge
-  # is outside the loop, so that the cotangent the loop carries has the scatter's shape and
-  # XLA adds each chunk into it in place.
-  xm = xp.reshape(xp.shape[:-2] + (xp.shape[-2] * c,))
-  body = jax.checkpoint(lambda gc: _block_chunk(xm, gc, cfg, tuple(spatial), k, p, c))
-  if chunks == 1:
-    out = body(g)                                                           # (N, M, C)
-  else:
-    gs = jnp.pad(g, ((0, 0), (0, chunks * mc - m), (0, 0))).reshape(n, chunks, mc, r)
-    out = jax.lax.map(body, gs.transpose(1, 0, 2, 3))                       # (T, N, Mc, C)
-    out = out.transpose(1, 0, 2, 3).reshape(n, chunks * mc, c)[:, :m]
-  return _nan_at(bad, out).transpose(0, 2, 1)                               # (N, C, M)
+  lay = _block_layout(tuple(x.shape), m, cfg, cdt)
+  xm = _block_input(x, cfg, cdt, lay)
+  body = jax.checkpoint(lambda gc: _block_chunk(xm, gc, cfg, tuple(spatial), lay.k, lay.p, c))
+  if lay.chunks == 1:
+    return body(g)                                                          # (N, M, C)
+  gs = _chunked_points(g, lay)
+  out = jax.lax.map(body, gs.transpose(1, 0, 2, 3))                         # (T, N, Mc, C)
+  return out.transpose(1, 0, 2, 3).reshape(n, lay.chunks * lay.mc, c)[:, :m]
+
+
+def _chunked_points(a: jax.Array, lay: _BlockLayout) -> jax.Array:
+  """``a`` (N, M, ...) padded to whole chunks, as (N, chunks, Mc, ...)."""
+  n, m = a.shape[:2]
+  pad = [(0, 0), (0, lay.chunks * lay.mc - m)] + [(0, 0)] * (a.ndim - 2)
+  return jnp.pad(a, pad).reshape((n, lay.chunks, lay.mc) + a.shape[2:])
 
 
 def _planes(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
@@ -500,8 +543,13 @@ def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any
   # JAX calls the rule only when some tangent is nonzero
   if isinstance(tg, SymbolicZero):
     return _rows(x, g, bad, cfg, cdt), x_part()
-  out, tangent = _grid_jvp(x, g, bad, tg, cfg, cdt)  # the grid's part: row gathers, no scatter
-  return out, tangent if isinstance(tx, SymbolicZero) else tangent + x_part()
+  if isinstance(tx, SymbolicZero):
+    return _grid_jvp(x, g, bad, tg, cfg, cdt)  # the grid's part: row gathers, no scatter
+  if _uses_blocks(cfg):  # both parts, as one primitive whose transpose orders them
+    out, xt, flat, coef = _grid_parts(x, g, bad, tg, cfg, cdt)
+    return out, _tangent_p.bind(tx, coef, xt, flat, g, cfg=cfg, cdt=np.dtype(cdt))
+  out, tangent = _grid_jvp(x, g, bad, tg, cfg, cdt)
+  return out, tangent + x_part()
 
 
 _interpolate.defjvp(_interpolate_jvp, symbolic_zeros=True)
@@ -509,7 +557,18 @@ _interpolate.defjvp(_interpolate_jvp, symbolic_zeros=True)
 
 def _grid_jvp(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: _Config,
               cdt: Any) -> tuple[jax.Array, jax.Array]:
-  """(samples, their tangent with respect to the grid), both (N, C, M). A tap's weight is the
+  """(samples, their tangent with respect to the grid), both (N, C, M) (``_grid_parts``)."""
+  out, xt, flat, coef = _grid_parts(x, g, bad, tg, cfg, cdt)
+  tangent = jax.checkpoint(_weighted_taps)(xt, flat, coef)
+  # 0 where the samples are NaN (whatever the grid's tangent there), masked channels-last
+  return out, jnp.where(bad[..., None], jnp.zeros((), cdt), tangent).transpose(0, 2, 1)
+
+
+def _grid_parts(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: _Config,
+                cdt: Any) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """(samples (N, C, M); the channels-last input (N, P, C); the taps' flat offsets (N, M, T);
+  the taps' coefficients (N, M, T), linear in the grid's tangent ``tg``): the samples and
+  what their tangent with respect to the grid is made of. A tap's weight is the
   product of its axes' weights, so its tangent is a sum over the axes of that product with one
   axis' weight replaced by its derivative, times that axis' grid tangent: per point and tap, a
   coefficient (N, M, T) linear in the grid's tangent. The tangent is the taps' rows weighted by
@@ -543,9 +602,126 @@ def _grid_jvp(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: _C
   # The taps' flat offsets materialised (behind the CPU's conditional): fused into the loop of
   # the transpose, they would be computed again from the grid for every channel of every tap.
   flat = _cpu_materialised(lambda *i: _over_taps(list(i), operator.add), x.size, *index)
-  tangent = jax.checkpoint(_weighted_taps)(xt, flat, coef)
-  # 0 where the samples are NaN (whatever the grid's tangent there), masked channels-last
-  return out, jnp.where(bad[..., None], jnp.zeros((), cdt), tangent).transpose(0, 2, 1)
+  return out, xt, flat, coef
+
+
+# --- the tangent with respect to both the input and the grid ------------------------------------
+#
+# Under differentiation in both, the samples' tangent is the grid's part (``_weighted_taps``)
+# plus the input's (``_block_rows``). Left to JAX, their transposes are independent, and XLA's
+# default (concurrency-optimized) CPU scheduler starts both early: the input gradient's
+# accumulator and a copy of the cotangent in the chunks' layout were alive during the grid's
+# dot-product loop, with the channels-last input and the samples, a 57 MiB block of temporaries
+# on the benchmark's 8x32x128x128 bilinear backward (docs/PERFORMANCE.md). As one primitive its
+# transpose is written here: the grid's part first; then, behind a conditional that takes its
+# result (on the CPU, as in ``_materialised``), the input's scatter loop, whose cotangent is
+# scaled by a one and whose accumulator starts from a zero that the conditional gives, so that
+# XLA's scheduler cannot start either before the grid's loop ends (39 MiB).
+
+_tangent_p = Primitive("jaxops_grid_sample_tangent")
+
+
+def _nan_points(g: jax.Array, cfg: _Config) -> jax.Array:
+  """(N, M): the points whose samples are NaN (the ``bad`` of ``_grid_sample_jit``), computed
+  again from the grid, an elementwise or over its axes that XLA fuses into its consumers."""
+  flags = [jnp.isnan(g[..., j]) for j in range(g.shape[-1])]
+  if cfg.padding is PaddingMode.REFLECTION:
+    flags += [jnp.isinf(g[..., j]) for j in range(g.shape[-1])]
+  return functools.reduce(operator.or_, flags)
+
+
+def _tangent_impl(tx: jax.Array, coef: jax.Array, xt: jax.Array, flat: jax.Array, g: jax.Array,
+                  *, cfg: _Config, cdt: Any) -> jax.Array:
+  """(N, C, M): the grid's part (taps' rows of ``xt`` weighted by ``coef``) plus the input's
+  (``_block_rows`` of ``tx``), 0 at the points whose samples are NaN."""
+  rows = _weighted_taps(xt, flat, coef) + _block_rows(tx, g, cfg, cdt)
+  return jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), rows).transpose(0, 2, 1)
+
+
+def _tangent_abstract(tx: Any, coef: Any, xt: Any, flat: Any, g: Any, *, cfg: _Config,
+                      cdt: Any) -> Any:
+  return coef.update(shape=(tx.shape[0], tx.shape[1], g.shape[1]), dtype=cdt)
+
+
+def _tangent_jvp(primals: Any, tangents: Any, *, cfg: _Config, cdt: Any) -> Any:
+  # (second order) the plain formulation's own derivative
+  tx, coef, xt, flat, g = primals
+  float_tangents = tuple(ad.instantiate_zeros(t) for i, t in enumerate(tangents) if i != 3)
+  return jax.jvp(lambda a, b, c, e: _tangent_impl(a, b, c, flat, e, cfg=cfg, cdt=cdt),
+                 (tx, coef, xt, g), float_tangents)
+
+
+def _tangent_transpose(ct: Any, tx: Any, coef: Any, xt: Any, flat: Any, g: Any, *,
+                       cfg: _Config, cdt: Any) -> list[Any]:
+  x_undefined, coef_undefined = ad.is_undefined_primal(tx), ad.is_undefined_primal(coef)
+  if type(ct) is ad.Zero:
+    return [ad.Zero(tx.aval) if x_undefined else None,
+            ad.Zero(coef.aval) if coef_undefined else None, None, None, None]
+  ctm = jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), ct.transpose(0, 2, 1))
+  coef_ct, zero, one = None, jnp.zeros((), cdt), jnp.ones((), cdt)
+  if coef_undefined:
+    aval = jax.ShapeDtypeStruct(coef.aval.shape, coef.aval.dtype)
+    coef_ct = jax.linear_transpose(lambda c: _weighted_taps(xt, flat, c), aval)(ctm)[0]
+    coef_ct, zero, one = jax.lax.platform_dependent(
+        coef_ct, cpu=functools.partial(_then_scalars, cdt),
+        default=lambda a: (a, jnp.zeros((), cdt), jnp.ones((), cdt)))
+  tx_ct = _block_rows_transpose(ctm * one, zero, g, cfg, cdt, tx.aval) if x_undefined else None
+  return [tx_ct, coef_ct, None, None, None]
+
+
+def _then_scalars(cdt: Any, v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(``v``, 0, 1) from the branch of a conditional that takes ``v`` (``_materialised``'s
+  hidden predicate): the scalars exist only once ``v`` does, and what is computed from them
+  can be scheduled only after it."""
+  return jax.lax.cond(jax.lax.optimization_barrier(np.int32(1)) > 0,
+                      lambda a: (a, jnp.zeros((), cdt), jnp.ones((), cdt)),
+                      lambda a: (jnp.zeros_like(a), jnp.ones((), cdt), jnp.zeros((), cdt)), v)
+
+
+def _block_rows_transpose(ctm: jax.Array, zero: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
+                          x_aval: Any) -> jax.Array:
+  """The transpose of ``_block_rows`` (the input's gradient) at the cotangent ``ctm``
+  (N, M, C): one loop over the chunks of points that adds each chunk's block cotangents into
+  an accumulator that starts from ``zero``."""
+  n, c, *spatial = x_aval.shape
+  lay = _block_layout(tuple(x_aval.shape), g.shape[1], cfg, cdt)
+  xm_aval = jax.ShapeDtypeStruct(lay.xm_shape, cdt)
+  # chunk-major, as ``_block_rows``' map stacks them: sliced along the points' axis instead,
+  # the cotangent takes a block of its own under XLA's memory-optimized scheduler (36 MiB of
+  # temporaries on the benchmark's bilinear backward against 23; 38 against 39 under the default)
+  gs, cs = (_chunked_points(a, lay).transpose(1, 0, 2, 3) for a in (g, ctm))   # (T, N, Mc, ...)
+
+  def body(i: jax.Array, acc: jax.Array) -> jax.Array:
+    gc = jax.lax.dynamic_index_in_dim(gs, i, keepdims=False)
+    cc = jax.lax.dynamic_index_in_dim(cs, i, keepdims=False)
+    chunk = functools.partial(_block_chunk, g=gc, cfg=cfg, spatial=tuple(spatial), k=lay.k,
+                              p=lay.p, c=c)
+    return acc + jax.linear_transpose(chunk, xm_aval)(cc)[0]
+
+  acc = jnp.broadcast_to(zero, lay.xm_shape)
+  if lay.chunks:  # no points: nothing to add
+    acc = jax.lax.fori_loop(0, lay.chunks, body, acc)
+  return jax.linear_transpose(lambda a: _block_input(a, cfg, cdt, lay),
+                              jax.ShapeDtypeStruct(x_aval.shape, x_aval.dtype))(acc)[0]
+
+
+_tangent_p.def_impl(_tangent_impl)
+_tangent_p.def_abstract_eval(_tangent_abstract)
+mlir.register_lowering(_tangent_p, mlir.lower_fun(_tangent_impl, multiple_results=False))
+ad.primitive_jvps[_tangent_p] = _tangent_jvp
+ad.primitive_transposes[_tangent_p] = _tangent_transpose
+
+
+def _tangent_batch(args: Any, dims: Any, *, cfg: _Config, cdt: Any) -> tuple[jax.Array, int]:
+  # every operand leads with the images: the mapped axis folds into them
+  b = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+  moved = [jnp.moveaxis(a, d, 0) if d is not None
+           else jnp.broadcast_to(a, (b,) + a.shape) for a, d in zip(args, dims)]
+  out = _tangent_p.bind(*[a.reshape((-1,) + a.shape[2:]) for a in moved], cfg=cfg, cdt=cdt)
+  return out.reshape((b, -1) + out.shape[1:]), 0
+
+
+batching.primitive_batchers[_tangent_p] = _tangent_batch
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
