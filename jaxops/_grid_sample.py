@@ -615,8 +615,9 @@ def _grid_parts(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: 
 # on the benchmark's 8x32x128x128 bilinear backward (docs/PERFORMANCE.md). As one primitive its
 # transpose is written here: the grid's part first; then, behind a conditional that takes its
 # result (on the CPU, as in ``_materialised``), the input's scatter loop, whose cotangent is
-# scaled by a one and whose accumulator starts from a zero that the conditional gives, so that
-# XLA's scheduler cannot start either before the grid's loop ends (39 MiB).
+# scaled by a one that the conditional gives, so that XLA's scheduler cannot start it before
+# the grid's loop ends; its accumulator starts from zeros that a second conditional gives
+# after the cotangent's copy (``_block_rows_transpose``): 25 MiB.
 
 _tangent_p = Primitive("jaxops_grid_sample_tangent")
 
@@ -678,18 +679,44 @@ def _then_scalars(cdt: Any, v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Arr
                       lambda a: (jnp.zeros_like(a), jnp.ones((), cdt), jnp.zeros((), cdt)), v)
 
 
+def _then_zero(v: jax.Array, zero: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(``v`` (T, N, ...), a +0 per image (N,)) from the branch of a conditional that takes ``v``:
+  what is computed from the zeros can be scheduled only once ``v`` exists. The branch reads one
+  element of each image (an operand that no branch read would be dropped; one element per
+  image, so that a batch-sharded call needs no collective) into a +0 for every value it may
+  hold, and returns ``v``, which XLA copies into the conditional's result in the layout the
+  loop reads (taking a transposed ``v`` as it is, the branch copied it for its one read)."""
+  n = v.shape[1]
+  if v.size == 0:
+    return v, jnp.broadcast_to(zero, (n,))
+
+  def read(a: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array]:
+    e = jnp.sum(jax.lax.slice(a, (0,) * a.ndim, (1, n) + (1,) * (a.ndim - 2)),
+                axis=(0,) + tuple(range(2, a.ndim)))
+    return a, z + jnp.where(jnp.isfinite(e), jnp.abs(e * 0), 0).astype(z.dtype)
+
+  return jax.lax.cond(jax.lax.optimization_barrier(np.int32(1)) > 0, read,
+                      lambda a, z: (jnp.zeros_like(a), jnp.broadcast_to(z, (n,))), v, zero)
+
+
 def _block_rows_transpose(ctm: jax.Array, zero: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
                           x_aval: Any) -> jax.Array:
   """The transpose of ``_block_rows`` (the input's gradient) at the cotangent ``ctm``
   (N, M, C): one loop over the chunks of points that adds each chunk's block cotangents into
-  an accumulator that starts from ``zero``."""
+  an accumulator that starts from ``zero`` (0, from the grid's conditional)."""
   n, c, *spatial = x_aval.shape
   lay = _block_layout(tuple(x_aval.shape), g.shape[1], cfg, cdt)
   xm_aval = jax.ShapeDtypeStruct(lay.xm_shape, cdt)
-  # chunk-major, as ``_block_rows``' map stacks them: sliced along the points' axis instead,
-  # the cotangent takes a block of its own under XLA's memory-optimized scheduler (36 MiB of
-  # temporaries on the benchmark's bilinear backward against 23; 38 against 39 under the default)
+  # chunk-major, as ``_block_rows``' map stacks them, and through the conditional of
+  # ``_then_zero``, which the accumulator's zeros come from: XLA then keeps the cotangent in the
+  # samples' layout in the output's block and makes its chunk-major copy in the conditional,
+  # and starts the accumulator only after both (25 MiB of temporaries on the benchmark's
+  # bilinear backward, against 33 with the zeros from a conditional after the copy and 39
+  # with the zeros from the grid's conditional)
   gs, cs = (_chunked_points(a, lay).transpose(1, 0, 2, 3) for a in (g, ctm))   # (T, N, Mc, ...)
+  cs, zeros = jax.lax.platform_dependent(
+      cs, zero, cpu=_then_zero, default=lambda a, z: (a, jnp.broadcast_to(z, (n,))))
+  acc = jnp.broadcast_to(zeros.reshape((n,) + (1,) * (len(lay.xm_shape) - 1)), lay.xm_shape)
 
   def body(i: jax.Array, acc: jax.Array) -> jax.Array:
     gc = jax.lax.dynamic_index_in_dim(gs, i, keepdims=False)
@@ -698,7 +725,6 @@ def _block_rows_transpose(ctm: jax.Array, zero: jax.Array, g: jax.Array, cfg: _C
                               p=lay.p, c=c)
     return acc + jax.linear_transpose(chunk, xm_aval)(cc)[0]
 
-  acc = jnp.broadcast_to(zero, lay.xm_shape)
   if lay.chunks:  # no points: nothing to add
     acc = jax.lax.fori_loop(0, lay.chunks, body, acc)
   return jax.linear_transpose(lambda a: _block_input(a, cfg, cdt, lay),
