@@ -479,9 +479,15 @@ def _materialised(fn: Any, *args: jax.Array) -> Any:
   later XLA fold it, the result is the same, only slower.
   """
   shapes = jax.eval_shape(fn, *args)
-  return jax.lax.cond(jax.lax.optimization_barrier(np.int32(1)) > 0, fn,
+  return jax.lax.cond(_hidden_true(), fn,
                       lambda *_: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
                       *args)
+
+
+def _hidden_true() -> jax.Array:
+  """A predicate that is true, hidden from XLA's simplifier (``_materialised``): a conditional
+  on it stays a conditional, whose branch runs only once its operands exist."""
+  return jax.lax.optimization_barrier(np.int32(1)) > 0
 
 
 def _axis_tables(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
@@ -623,8 +629,9 @@ _tangent_p = Primitive("jaxops_grid_sample_tangent")
 
 
 def _nan_points(g: jax.Array, cfg: _Config) -> jax.Array:
-  """(N, M): the points whose samples are NaN (the ``bad`` of ``_grid_sample_jit``), computed
-  again from the grid, an elementwise or over its axes that XLA fuses into its consumers."""
+  """(N, M): the points whose samples are NaN (a NaN coordinate; with reflection padding, an
+  infinite one too), as an elementwise or over the grid's axes that XLA fuses into its
+  consumers."""
   flags = [jnp.isnan(g[..., j]) for j in range(g.shape[-1])]
   if cfg.padding is PaddingMode.REFLECTION:
     flags += [jnp.isinf(g[..., j]) for j in range(g.shape[-1])]
@@ -659,27 +666,24 @@ def _tangent_transpose(ct: Any, tx: Any, coef: Any, xt: Any, flat: Any, g: Any, 
     return [ad.Zero(tx.aval) if x_undefined else None,
             ad.Zero(coef.aval) if coef_undefined else None, None, None, None]
   ctm = jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), ct.transpose(0, 2, 1))
-  coef_ct, zero, one = None, jnp.zeros((), cdt), jnp.ones((), cdt)
+  coef_ct, one = None, jnp.ones((), cdt)
   if coef_undefined:
     aval = jax.ShapeDtypeStruct(coef.aval.shape, coef.aval.dtype)
     coef_ct = jax.linear_transpose(lambda c: _weighted_taps(xt, flat, c), aval)(ctm)[0]
-    coef_ct, zero, one = jax.lax.platform_dependent(
-        coef_ct, cpu=functools.partial(_then_scalars, cdt),
-        default=lambda a: (a, jnp.zeros((), cdt), jnp.ones((), cdt)))
-  tx_ct = _block_rows_transpose(ctm * one, zero, g, cfg, cdt, tx.aval) if x_undefined else None
+    coef_ct, one = jax.lax.platform_dependent(coef_ct, cpu=functools.partial(_then_one, cdt),
+                                              default=lambda a: (a, jnp.ones((), cdt)))
+  tx_ct = _block_rows_transpose(ctm * one, g, cfg, cdt, tx.aval) if x_undefined else None
   return [tx_ct, coef_ct, None, None, None]
 
 
-def _then_scalars(cdt: Any, v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(``v``, 0, 1) from the branch of a conditional that takes ``v`` (``_materialised``'s
-  hidden predicate): the scalars exist only once ``v`` does, and what is computed from them
-  can be scheduled only after it."""
-  return jax.lax.cond(jax.lax.optimization_barrier(np.int32(1)) > 0,
-                      lambda a: (a, jnp.zeros((), cdt), jnp.ones((), cdt)),
-                      lambda a: (jnp.zeros_like(a), jnp.ones((), cdt), jnp.zeros((), cdt)), v)
+def _then_one(cdt: Any, v: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(``v``, 1) from the branch of a conditional that takes ``v``: what is computed from the
+  one can be scheduled only once ``v`` exists."""
+  return jax.lax.cond(_hidden_true(), lambda a: (a, jnp.ones((), cdt)),
+                      lambda a: (jnp.zeros_like(a), jnp.zeros((), cdt)), v)
 
 
-def _then_zero(v: jax.Array, zero: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _then_zeros(cdt: Any, v: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(``v`` (T, N, ...), a +0 per image (N,)) from the branch of a conditional that takes ``v``:
   what is computed from the zeros can be scheduled only once ``v`` exists. The branch reads one
   element of each image (an operand that no branch read would be dropped; one element per
@@ -688,34 +692,34 @@ def _then_zero(v: jax.Array, zero: jax.Array) -> tuple[jax.Array, jax.Array]:
   loop reads (taking a transposed ``v`` as it is, the branch copied it for its one read)."""
   n = v.shape[1]
   if v.size == 0:
-    return v, jnp.broadcast_to(zero, (n,))
+    return v, jnp.zeros((n,), cdt)
 
-  def read(a: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array]:
+  def read(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     e = jnp.sum(jax.lax.slice(a, (0,) * a.ndim, (1, n) + (1,) * (a.ndim - 2)),
                 axis=(0,) + tuple(range(2, a.ndim)))
-    return a, z + jnp.where(jnp.isfinite(e), jnp.abs(e * 0), 0).astype(z.dtype)
+    return a, jnp.where(jnp.isfinite(e), jnp.abs(e * 0), 0).astype(cdt)
 
-  return jax.lax.cond(jax.lax.optimization_barrier(np.int32(1)) > 0, read,
-                      lambda a, z: (jnp.zeros_like(a), jnp.broadcast_to(z, (n,))), v, zero)
+  return jax.lax.cond(_hidden_true(), read, lambda a: (jnp.zeros_like(a), jnp.ones((n,), cdt)),
+                      v)
 
 
-def _block_rows_transpose(ctm: jax.Array, zero: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
+def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
                           x_aval: Any) -> jax.Array:
   """The transpose of ``_block_rows`` (the input's gradient) at the cotangent ``ctm``
   (N, M, C): one loop over the chunks of points that adds each chunk's block cotangents into
-  an accumulator that starts from ``zero`` (0, from the grid's conditional)."""
+  an accumulator of zeros."""
   n, c, *spatial = x_aval.shape
   lay = _block_layout(tuple(x_aval.shape), g.shape[1], cfg, cdt)
   xm_aval = jax.ShapeDtypeStruct(lay.xm_shape, cdt)
   # chunk-major, as ``_block_rows``' map stacks them, and through the conditional of
-  # ``_then_zero``, which the accumulator's zeros come from: XLA then keeps the cotangent in the
+  # ``_then_zeros``, which the accumulator's zeros come from: XLA then keeps the cotangent in the
   # samples' layout in the output's block and makes its chunk-major copy in the conditional,
   # and starts the accumulator only after both (25 MiB of temporaries on the benchmark's
   # bilinear backward, against 33 with the zeros from a conditional after the copy and 39
   # with the zeros from the grid's conditional)
   gs, cs = (_chunked_points(a, lay).transpose(1, 0, 2, 3) for a in (g, ctm))   # (T, N, Mc, ...)
-  cs, zeros = jax.lax.platform_dependent(
-      cs, zero, cpu=_then_zero, default=lambda a, z: (a, jnp.broadcast_to(z, (n,))))
+  cs, zeros = jax.lax.platform_dependent(cs, cpu=functools.partial(_then_zeros, cdt),
+                                         default=lambda a: (a, jnp.zeros((n,), cdt)))
   acc = jnp.broadcast_to(zeros.reshape((n,) + (1,) * (len(lay.xm_shape) - 1)), lay.xm_shape)
 
   def body(i: jax.Array, acc: jax.Array) -> jax.Array:
@@ -760,9 +764,7 @@ def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
                           _checks.compute_dtype(x.dtype) if x.dtype in _FLOATS else grid.dtype)
   g = grid.astype(cdt).reshape(n, m, r)
   if cfg.mode is not Mode.NEAREST:
-    bad = jnp.any(jnp.isnan(g), axis=-1)
-    if cfg.padding is PaddingMode.REFLECTION:
-      bad = bad | jnp.any(jnp.isinf(g), axis=-1)
+    bad = _nan_points(g, cfg)
     out = _interpolate(x, g, bad, cfg, cdt)
     return out.astype(x.dtype).reshape(n, c, *out_spatial)
   flat, weight, bad = _tap_table(tuple(x.shape), g, cfg, cdt)
