@@ -670,21 +670,20 @@ def _tangent_transpose(ct: Any, tx: Any, coef: Any, xt: Any, flat: Any, g: Any, 
   if coef_undefined:
     aval = jax.ShapeDtypeStruct(coef.aval.shape, coef.aval.dtype)
     coef_ct = jax.linear_transpose(lambda c: _weighted_taps(xt, flat, c), aval)(ctm)[0]
-    coef_ct, one = jax.lax.platform_dependent(coef_ct, cpu=functools.partial(_then_one, cdt),
-                                              default=lambda a: (a, jnp.ones((), cdt)))
+    # (coef_ct, 1), on the CPU from a conditional's branch: what is computed from the one can
+    # be scheduled only once coef_ct exists
+
+    def with_one(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+      return a, jnp.ones((), cdt)
+
+    coef_ct, one = jax.lax.platform_dependent(
+        coef_ct, cpu=functools.partial(_materialised, with_one), default=with_one)
   tx_ct = _block_rows_transpose(ctm * one, g, cfg, cdt, tx.aval) if x_undefined else None
   return [tx_ct, coef_ct, None, None, None]
 
 
-def _then_one(cdt: Any, v: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(``v``, 1) from the branch of a conditional that takes ``v``: what is computed from the
-  one can be scheduled only once ``v`` exists."""
-  return jax.lax.cond(_hidden_true(), lambda a: (a, jnp.ones((), cdt)),
-                      lambda a: (jnp.zeros_like(a), jnp.zeros((), cdt)), v)
-
-
 def _then_zeros(cdt: Any, v: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(``v`` (T, N, ...), a +0 per image (N,)) from the branch of a conditional that takes ``v``:
+  """(``v`` (T, N, ...), a +0 per image (N,)) from the branch of ``_materialised``'s conditional:
   what is computed from the zeros can be scheduled only once ``v`` exists. The branch reads one
   element of each image (an operand that no branch read would be dropped; one element per
   image, so that a batch-sharded call needs no collective) into a +0 for every value it may
@@ -699,8 +698,7 @@ def _then_zeros(cdt: Any, v: jax.Array) -> tuple[jax.Array, jax.Array]:
                 axis=(0,) + tuple(range(2, a.ndim)))
     return a, jnp.where(jnp.isfinite(e), jnp.abs(e * 0), 0).astype(cdt)
 
-  return jax.lax.cond(_hidden_true(), read, lambda a: (jnp.zeros_like(a), jnp.ones((n,), cdt)),
-                      v)
+  return _materialised(read, v)
 
 
 def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
