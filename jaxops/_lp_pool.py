@@ -126,12 +126,20 @@ def _lp_pool_any_p(x: Any, kernel_shape: Any, p: float, *, strides: Any = None, 
 
 
 def _power(x: jax.Array, p: float) -> jax.Array:
+  """``|x| ** p`` with the derivative at ``x == 0`` taken as zero: for p > 1 it is zero, for
+  p = 1 the subgradient sign(0), and for a float p below 1 (LpPool-1, GlobalLpPool-1) where
+  ``|x| ** p`` has an infinite slope at zero, zero too (otherwise an all-zero window's zero
+  gradient from ``_root`` would meet it as 0 * inf = NaN)."""
   if p == 1:
     return x * jnp.sign(x)  # |x| with the derivative sign(x): zero at zero
   a = jnp.abs(x)
   if p == int(p):
     return lax.integer_pow(a, int(p))
-  return a ** np.asarray(p, a.dtype)
+  if p > 1:
+    return a ** np.asarray(p, a.dtype)
+  positive = a > 0
+  safe = jnp.where(positive, a, np.ones((), a.dtype))
+  return jnp.where(positive, safe ** np.asarray(p, a.dtype), np.zeros((), a.dtype))
 
 
 def _root(s: jax.Array, p: float) -> jax.Array:

@@ -165,9 +165,9 @@ def max_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
   shape = tuple(x.shape)
   static = (shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
   plan = _PLANS(cache_key(*static), *static)
+  order = _storage_order(_OP, storage_order)  # checked even where no indices are returned
   if not static_bool(_OP, "return_indices", return_indices):
     return _max_pool(x, plan)
-  order = _storage_order(_OP, storage_order)
   _check_index_range(_OP, shape)
   return _max_pool_with_indices(x, plan, order)
 
@@ -480,7 +480,9 @@ def global_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
   """ONNX GlobalMaxPool: the maximum over every axis after the first two.
 
   ``x`` is ``(N, C, D1, ..., Dn)``; the result is ``(N, C, 1, ..., 1)``. NaN propagates: a plane
-  that holds a NaN has the maximum NaN (jnp.max's rule, and onnx.reference's).
+  that holds a NaN has the maximum NaN (jnp.max's rule, and onnx.reference's). The gradient
+  goes to the plane's first maximum (in row-major order; its first NaN if it holds one), as
+  :func:`max_pool`'s goes to the element its indices name.
 
   Args:
     x: input array with at least two axes, float16, bfloat16, float32 or float64.
@@ -490,7 +492,8 @@ def global_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
 
   Raises:
     TypeError: ``x`` is not one of the four floating dtypes.
-    ValueError: ``x`` has fewer than two axes.
+    ValueError: ``x`` has fewer than two axes, or a spatial axis of length 0 (in a non-empty
+      batch of planes).
 
   Examples:
     >>> import jax.numpy as jnp, jaxops
@@ -501,12 +504,23 @@ def global_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
   """
   op = "jaxops.global_max_pool"
   x = global_pool_input(op, x, _FLOATS)
+  if x.size == 0 and math.prod(x.shape[:2]) > 0:
+    raise ValueError(f"{op}: argument `x` must have spatial axes of length at least 1 (a "
+                     f"maximum over no elements is undefined); got shape {tuple(x.shape)}")
   return _global_max_pool(x)
 
 
 @jax.jit
 def _global_max_pool(x: jax.Array) -> jax.Array:
-  return jnp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+  """The maximum of each (n, c) plane, read at the plane's first maximum (the first NaN where
+  there is one: ``argmax``'s rule), so that the gradient goes to that one element as max_pool's
+  does on ties, where ``jnp.max`` would share it among the tied elements."""
+  out = x.shape[:2] + (1,) * (x.ndim - 2)
+  if x.size == 0:  # no planes (an empty plane is refused before)
+    return jnp.zeros(out, x.dtype)
+  flat = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))
+  first = jnp.argmax(flat, axis=-1, keepdims=True)
+  return jnp.take_along_axis(flat, first, axis=-1).reshape(out)
 
 
 # --- max_unpool ---------------------------------------------------------------------------------
@@ -621,6 +635,8 @@ def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
   if not jnp.issubdtype(indices.dtype, jnp.integer):
     raise TypeError(f"{op}: argument `indices` must have an integer dtype; got dtype "
                     f"{indices.dtype}")
+  if indices.dtype.itemsize < 4:  # the planes' flat offsets would wrap in int8 / int16
+    indices = indices.astype(_index_dtype())
   static = (tuple(x.shape), tuple(indices.shape), kernel_shape, strides, pads, output_shape)
   plan = _UNPOOL_PLANS(cache_key(*static), *static)
   return _max_unpool(x, indices, plan)

@@ -110,6 +110,24 @@ def test_global_max_pool_values():
   assert jaxops.global_max_pool(np.ones((2, 3, 2, 2, 2))).shape == (2, 3, 1, 1, 1)
 
 
+def test_global_max_pool_gradient_goes_to_the_first_maximum_as_in_torch():
+  # ties in the plane: jnp.max would share the gradient among them; max pooling gives it to the
+  # first (torch's max_pool over the whole plane, and jaxops.max_pool's indices)
+  x = np.array([[[[1.0, 3.0], [3.0, 0.0]], [[2.0, 2.0], [2.0, 2.0]]]])
+  w = np.array([1.0, 2.0]).reshape(1, 2, 1, 1)
+  got = jax.grad(lambda v: jnp.sum(jaxops.global_max_pool(v) * w))(x)
+  xt = torch.tensor(x, requires_grad=True)
+  (torch.nn.functional.max_pool2d(xt, (2, 2)) * torch.tensor(w)).sum().backward()
+  np.testing.assert_array_equal(np.asarray(got), xt.grad.numpy())
+  assert np.count_nonzero(np.asarray(got)) == 2
+
+
+def test_global_max_pool_refuses_an_empty_plane():
+  with pytest.raises(ValueError, match=r"global_max_pool: argument `x`.*got shape \(1, 2, 0\)"):
+    jaxops.global_max_pool(np.zeros((1, 2, 0), np.float32))
+  assert jaxops.global_max_pool(np.zeros((0, 2, 3), np.float32)).shape == (0, 2, 1)
+
+
 def test_lp_pool_hand_values():
   x = row(3, -4, 0, 1, 2)
   # p 2, k 2 s 2, ceil: (3,-4) -> 5, (0,1) -> 1, (2) -> 2
@@ -224,6 +242,8 @@ X = np.zeros((1, 1, 4, 4), np.float32)
      r"jaxops.max_pool: argument `auto_pad` must be one of 'NOTSET'"),
     ("max_pool", dict(kernel_shape=(2, 2), storage_order=2, return_indices=True), ValueError,
      r"jaxops.max_pool: argument `storage_order` must be 0"),
+    ("max_pool", dict(kernel_shape=(2, 2), storage_order=5), ValueError,
+     r"jaxops.max_pool: argument `storage_order` must be 0"),
     ("max_pool", dict(kernel_shape=(2, 2), ceil_mode="yes"), TypeError,
      r"jaxops.max_pool: argument `ceil_mode` must be a bool"),
     ("max_pool", dict(kernel_shape=(2, 1), dilations=(5, 1), pads=(1, 0, 1, 0)), ValueError,
@@ -305,6 +325,31 @@ def test_lp_pool_gradient_of_a_zero_window_is_zero():
     np.testing.assert_allclose(np.asarray(g).ravel(), want, rtol=1e-14)
   g = jax.grad(lambda v: jnp.sum(jaxops.global_lp_pool(v)))(np.zeros((1, 2, 3)))
   np.testing.assert_array_equal(np.asarray(g), np.zeros((1, 2, 3)))
+  # LpPool-1 / GlobalLpPool-1 take a float p; below 1, |x| ** p has an infinite slope at 0
+  lp1 = _registry.lookup("LpPool", "", 1).fn
+  g = jax.grad(lambda v: jnp.sum(lp1([v], {"kernel_shape": [2], "strides": [2], "p": 0.5})[0]))(x)
+  norm = (3.0 ** 0.5 + 4.0 ** 0.5) ** 2
+  np.testing.assert_allclose(np.asarray(g).ravel(),
+                             [0, 0, (3 / norm) ** -0.5, (4 / norm) ** -0.5], rtol=1e-14)
+  glp1 = _registry.lookup("GlobalLpPool", "", 1).fn
+  g = jax.grad(lambda v: jnp.sum(glp1([v], {"p": 0.5})[0]))(np.zeros((1, 2, 3)))
+  np.testing.assert_array_equal(np.asarray(g), np.zeros((1, 2, 3)))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_max_unpool_narrow_index_dtypes(dtype):
+  # 129 planes of 1 -> 2: with the planes' flat offsets in int8 the last plane's wrapped to 0,
+  # and its element named plane 0's position landed in its own plane
+  c = 129
+  x = np.arange(1, c + 1, dtype=np.float32).reshape(1, c, 1)
+  i = np.full((1, c, 1), 120, np.int64)  # outside every plane but 60: dropped
+  i[0, 60, 0] = 121
+  i[0, 128, 0] = 1  # plane 0's second position: not in its own window
+  node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2], strides=[2])
+  want = ReferenceEvaluator(node).run(None, {"x": x, "i": i})[0]
+  got = jaxops.max_unpool(x, i.astype(dtype), (2,), strides=(2,))
+  np.testing.assert_array_equal(np.asarray(got), want)
+  assert want[0, 0, 1] == 129 and want[0, 60, 1] == 61
 
 
 def test_max_unpool_is_linear_in_x():
