@@ -165,6 +165,16 @@ def _denormalize(g: Any, length: int, align_corners: bool) -> Any:
   return ((g + 1) * length - 1) / 2
 
 
+def _to_reflect(g: Any, u: Any, length: int, align_corners: bool) -> Any:
+  """The pixel coordinate ``u`` of ``g`` made ready for ``_reflect``: NaN where ``g`` is not
+  finite, and where ``g`` is finite but so far outside that ``u`` overflowed (1e38 on five
+  pixels), the coordinate of ``fmod(g, 4)``: the reflection's period is 4 in normalised units
+  (two spans) and fmod is exact, so that point reads what the exact ``g`` reflects to."""
+  far = jnp.isfinite(g) & ~jnp.isfinite(u)
+  u = jnp.where(far, _denormalize(jnp.fmod(g, 4), length, align_corners), u)
+  return jnp.where(jnp.isfinite(u), u, jnp.nan)
+
+
 def _reflect(u: Any, length: int, align_corners: bool) -> Any:
   """``u`` reflected about the borders until inside them (PyTorch's reflect_coordinates)."""
   lo, hi = (0.0, length - 1.0) if align_corners else (-0.5, length - 0.5)
@@ -190,7 +200,7 @@ def _axis_taps(g: Any, length: int, cfg: _Config) -> tuple[Any, Any, Any]:
   u = _denormalize(g, length, cfg.align_corners)
   pad = cfg.padding
   if pad is PaddingMode.REFLECTION:
-    u = jnp.where(jnp.isfinite(u), u, jnp.nan)
+    u = _to_reflect(g, u, length, cfg.align_corners)
   elif pad is PaddingMode.ZEROS or cfg.mode is Mode.CUBIC:
     u = jnp.clip(u, -_FAR, length - 1 + _FAR)
   if cfg.mode is not Mode.CUBIC:
@@ -237,7 +247,7 @@ def _block_axis(g: Any, length: int, cfg: _Config, p: int) -> tuple[Any, Any, An
   if cfg.mode is Mode.LINEAR and pad is PaddingMode.BORDER:
     u = _clip_to_axis(u, length)
   elif cfg.mode is Mode.LINEAR and pad is PaddingMode.REFLECTION:
-    u = jnp.where(jnp.isfinite(u), u, jnp.nan)
+    u = _to_reflect(g, u, length, cfg.align_corners)
     u = _clip_to_axis(_reflect(u, length, cfg.align_corners), length)
   elif pad is PaddingMode.BORDER:
     u = jnp.clip(u, -2.0, length + 1.0)

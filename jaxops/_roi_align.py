@@ -273,6 +273,8 @@ def _taps(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any, k:
 def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
                    cfg: _Config) -> jax.Array:
   n, c, h, w_len = x.shape
+  if rois.shape[0] == 0:  # no boxes: the sample tables' reshapes cannot infer their length
+    return jnp.zeros((0, c, cfg.out_h, cfg.out_w), x.dtype)
   cdt = jnp.promote_types(_checks.compute_dtype(x.dtype), _checks.compute_dtype(rois.dtype))
   b = jnp.clip(batch_indices.astype(jnp.int32), 0, n - 1)
   xt = x.astype(cdt).reshape(n, c, h * w_len).transpose(0, 2, 1)        # (N, HW, C)

@@ -117,6 +117,72 @@ def test_non_finite_grid():
   np.testing.assert_array_equal(yi.ravel(), [0, 0, 0])
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_finite_grid_whose_pixel_coordinate_overflows_reflects(mode, align_corners):
+  # (3e38 + 1) * 5 overflows float32 (as (3e38 + 1) / 2 * 4 does): the point still reflects, to
+  # what the exact g does. The reflection's period is 4 in normalised units, so torch at
+  # fmod(g, 4) (exact) is the oracle. (torch at g itself reads pixel 0, or NaN with bicubic.)
+  x = np.arange(1.0, 6.0, dtype=np.float32).reshape(1, 1, 1, 5)
+  g = np.array([[[[3e38, 0.0], [-2.9e38, 0.0], [3.4e38, 0.0], [-3.3e38, 0.0]]]], np.float32)
+  tmode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
+  want = torch.nn.functional.grid_sample(
+      torch.tensor(x), torch.tensor(np.fmod(g, np.float32(4))), mode=tmode,
+      padding_mode="reflection", align_corners=align_corners)
+  f = lambda a: jaxops.grid_sample(a, g, mode=mode, padding_mode="reflection",  # noqa: E731
+                                   align_corners=align_corners)
+  np.testing.assert_allclose(np.asarray(f(x)), want.numpy(), rtol=1e-6)
+  if mode != "nearest":  # the input's gradient (the block formulation reflects on its own)
+    xt = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.grid_sample(xt, torch.tensor(np.fmod(g, np.float32(4))), mode=tmode,
+                                    padding_mode="reflection",
+                                    align_corners=align_corners).sum().backward()
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda a: jnp.sum(f(a)))(x)),
+                               xt.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_deviation_nearest_reflection_ties():
+  """Nearest with reflection and align_corners=0 at a halfway point: jaxops (as torch) reflects
+  the grid location, then rounds the reflected sampling point half to even; onnxruntime and
+  onnx.reference round the unreflected coordinate first and reflect the index about -0.5 and
+  L - 0.5, which moves a tie to the other pixel. x = [10, 20] (L = 2): g = 2 is u = 2.5, which
+  reflects to 0.5 and rounds to pixel 0 (the others: rint 2, reflected to 1); g = -2 is
+  u = -1.5, reflected 0.5, pixel 0 (the others: rint -2, reflected to 1)."""
+  import onnxruntime as ort
+
+  x = np.array([[[[10.0, 20.0]]]], np.float32)
+  g = np.array([[[[2.0, 0.0], [-2.0, 0.0]]]], np.float32)
+  want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g), mode="nearest",
+                                         padding_mode="reflection", align_corners=False)
+  np.testing.assert_array_equal(want.numpy().ravel(), [10.0, 10.0])
+  node = helper.make_node("GridSample", ["x", "g"], ["y"], mode="nearest",
+                          padding_mode="reflection", align_corners=0)
+  got = Backend.run_node(node, [x, g])[0]
+  np.testing.assert_array_equal(np.asarray(got).ravel(), [10.0, 10.0])
+  np.testing.assert_array_equal(
+      np.asarray(jaxops.grid_sample(x, g, mode="nearest", padding_mode="reflection")).ravel(),
+      [10.0, 10.0])
+  ref = ReferenceEvaluator(node).run(None, {"x": x, "g": g})[0]
+  np.testing.assert_array_equal(ref.ravel(), [20.0, 20.0])
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", 1, [1, 1, 1, 2]),
+                    helper.make_tensor_value_info("g", 1, [1, 1, 2, 2])],
+      [helper.make_tensor_value_info("y", 1, None)]), opset_imports=[helper.make_opsetid("", 20)])
+  model.ir_version = 10
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  np.testing.assert_array_equal(sess.run(None, {"x": x, "g": g})[0].ravel(), [20.0, 20.0])
+
+
+@pytest.mark.parametrize("version", [16, 20, 22])
+def test_onnx_grid_must_have_the_rank_of_x(version):
+  node = helper.make_node("GridSample", ["x", "g"], ["y"])
+  x = np.zeros((1, 1, 3, 3), np.float32)
+  for g in (np.zeros((1, 4, 2), np.float32), np.zeros((1, 2, 2, 2, 2), np.float32)):
+    with pytest.raises(ValueError, match=rf"GridSample-{version} input `grid` must have the "
+                                         rf"rank of X \(4"):
+      Backend.run_node(node, [x, g], opset_version=version)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, np.float32, np.float64])
 def test_dtypes_follow_x(dtype):
   rng = np.random.default_rng(3)

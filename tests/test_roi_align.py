@@ -41,6 +41,33 @@ class TestValues(chex.TestCase):
     np.testing.assert_allclose(np.asarray(y).ravel(), [7.5], rtol=1e-12)
 
 
+@pytest.mark.parametrize("mode, sampling_ratio", [("max", 0), ("max", 2), ("avg", 0), ("avg", 1)])
+def test_no_boxes(mode, sampling_ratio):
+  import onnxruntime as ort
+
+  x = np.ones((1, 2, 4, 5), np.float32)
+  r, b = np.zeros((0, 4), np.float32), np.zeros((0,), np.int64)
+  node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], mode=mode, output_height=2,
+                          output_width=3, sampling_ratio=sampling_ratio)
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", 1, [1, 2, 4, 5]),
+                    helper.make_tensor_value_info("r", 1, [0, 4]),
+                    helper.make_tensor_value_info("b", 7, [0])],
+      [helper.make_tensor_value_info("y", 1, None)]), opset_imports=[helper.make_opsetid("", 16)])
+  model.ir_version = 8
+  want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+      None, {"x": x, "r": r, "b": b})[0]
+  assert want.shape == (0, 2, 2, 3)
+  kw = dict(mode=mode, output_height=2, output_width=3, sampling_ratio=sampling_ratio)
+  for got in (jaxops.roi_align(x, r, b, **kw),
+              jax.jit(lambda a, q: jaxops.roi_align(a, q, b, **kw))(x, r),
+              Backend.run_node(node, [x, r, b], opset_version=16)[0]):
+    assert got.shape == want.shape and got.dtype == want.dtype
+  gx, gr = jax.grad(lambda a, q: jnp.sum(jaxops.roi_align(a, q, b, **kw)), argnums=(0, 1))(x, r)
+  np.testing.assert_array_equal(np.asarray(gx), np.zeros_like(x))
+  assert gr.shape == (0, 4)
+
+
 def test_zero_size_boxes():
   # half_pixel, adaptive: size 0 gives g = 0 samples; the bin is 0 (onnxruntime, reference).
   rois = np.array([[1.0, 1.0, 1.0, 3.0]])

@@ -614,6 +614,10 @@ def _grid_sample(version: int) -> Adapt:
     if version == 16 and np.ndim(x) != 4:
       raise ValueError(f"jaxops.onnx: GridSample-16 takes 4-D X (N, C, H, W) only; got rank "
                        f"{np.ndim(x)} (GridSample-20+ takes any rank)")
+    if np.ndim(grid) != np.ndim(x):  # (N, D1_out, ..., Dr_out, r) for X (N, C, d1, ..., dr)
+      raise ValueError(f"jaxops.onnx: GridSample-{version} input `grid` must have the rank of "
+                       f"X ({np.ndim(x)}: (N, D1_out, ..., Dr_out, r)); got shape "
+                       f"{tuple(np.shape(grid))}")
     return [grid_sample(x, grid, mode=modes[mode],
                         padding_mode=_str_attr(attrs, "padding_mode", "zeros"),
                         align_corners=bool(attrs.get("align_corners", 0)))]
