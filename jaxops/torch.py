@@ -381,6 +381,9 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
   static = (x.shape, x.dtype, size, scale_factor, mode, align_corners, recompute_scale_factor,
             antialias)
   cfg = _INTERP(_checks.cache_key(*static), *static)
+  if cfg.kind == "area":  # torch's area is its adaptive_avg_pool (values, inf rule and errors)
+    nd = len(cfg.axes)
+    return _adaptive_avg(f"adaptive_avg_pool{nd}d", nd, x, tuple(o for _, o, _ in cfg.axes))
   return _interp_jit(x, cfg)
 
 
@@ -541,7 +544,23 @@ def _adaptive_uneven(x: jax.Array, cfg: _Adaptive) -> jax.Array:
   by gathers (56 -> 9 on 8x64x56x56: 19 ms against 4.8, one process). A cotangent holding inf
   or NaN takes a branch that gives each input what torch's window shares give it (0 * inf in
   the matrices, or in the taps' zero-weight entries, would reach other windows' inputs)."""
-  return _resize_kernel.apply_separable(x, _uneven_passes(cfg, x.ndim))
+  passes = _uneven_passes(cfg, x.ndim)
+
+  def plain(a: jax.Array) -> jax.Array:
+    return _resize_kernel.apply_separable(a, passes)
+
+  def infinite(a: jax.Array) -> jax.Array:
+    # The taps' table pads short windows with zero-weight taps on a pixel of the window, whose
+    # 0 * inf would turn a window's inf into NaN; torch sums the window's own elements only.
+    def hit(m: jax.Array) -> jax.Array:  # live taps have positive weights
+      return plain(m.astype(a.dtype)) > 0
+    out = plain(jnp.where(jnp.isfinite(a), a, jnp.zeros((), a.dtype)))
+    pos, neg, nan = hit(a == jnp.inf), hit(a == -jnp.inf), hit(jnp.isnan(a))
+    out = jnp.where(pos, jnp.asarray(jnp.inf, a.dtype), out)
+    out = jnp.where(neg, jnp.asarray(-jnp.inf, a.dtype), out)
+    return jnp.where(nan | (pos & neg), jnp.asarray(jnp.nan, a.dtype), out)
+
+  return lax.cond(jnp.any(jnp.isinf(x)), infinite, plain, x)
 
 
 def _adaptive_uneven_fwd(x: jax.Array, cfg: _Adaptive) -> tuple[jax.Array, None]:
@@ -946,14 +965,10 @@ def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
   if any(v < 0 for v in p):
     raise _checks.value_error(op, "padding", padding, "non-negative")
   ext = [dv * (kv - 1) + 1 for kv, dv in zip(k, d)]
-  if any(pv > e // 2 for pv, e in zip(p, ext)):
+  if any(pv > kv // 2 for pv, kv in zip(p, k)):  # torch's limit: half the undilated kernel
     raise _checks.value_error(op, "padding", padding,
-                              "at most half of the effective kernel size "
-                              f"(kernel_size {k}, dilation {d})")
-  if any(pv >= kv for pv, kv in zip(p, k)):
-    raise _checks.value_error(op, "padding", padding,
-                              f"smaller than kernel_size {k} (jaxops.max_pool's limit; torch "
-                              f"allows up to half the dilated kernel)")
+                              f"at most half of kernel_size {k} (as torch's max_pool{nd}d, "
+                              f"whatever the dilation)")
   if len(shape) not in (nd + 1, nd + 2) or any(v == 0 for v in shape[len(shape) - nd - 1:]):
     raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with optional "
                      f"0 dim batch size for input; got shape {tuple(shape)}")
@@ -1005,7 +1020,8 @@ _MAX_DOC = """``torch.nn.functional.max_pool{nd}d`` on ``(N, C, *spatial)`` or `
     input: float16, bfloat16, float32, float64, int8 or uint8 array.
     kernel_size: an int or one per spatial axis.
     stride: an int or one per axis; default ``kernel_size``.
-    padding: an int or one per axis, at most half the dilated kernel (and below the kernel).
+    padding: an int or one per axis, at most half the kernel (torch's limit, with or without
+      dilation).
     dilation: an int or one per axis.
     ceil_mode: round output lengths up.
     return_indices: also return the indices (int64; int32 without JAX's 64-bit mode).
@@ -1014,7 +1030,7 @@ _MAX_DOC = """``torch.nn.functional.max_pool{nd}d`` on ``(N, C, *spatial)`` or `
     The pooled array (``input``'s dtype), or the pair (pooled, indices).
 
   Raises:
-    ValueError: sizes below 1, padding over half the dilated kernel or not below the kernel,
+    ValueError: sizes below 1, padding over half the kernel,
       wrong rank, an output length < 1.
     TypeError: non-integer or traced sizes, an unsupported dtype.
 
@@ -1056,7 +1072,9 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
              stride: Any, ceil_mode: Any) -> jax.Array:
   op = _op(name)
   x = _float_input(name, input)
-  p = _checks.static_float(op, "norm_type", norm_type)
+  p = _checks.static_float(op, "norm_type", norm_type, finite=False)
+  if np.isnan(p):
+    raise _checks.value_error(op, "norm_type", norm_type, "a float other than NaN")
   # torch's lp_pool multiplies by kernel_size: lp_pool1d takes an int only (a sequence is
   # torch's TypeError), lp_pool2d/3d unpack it into exactly nd ints (no one-element broadcast).
   if isinstance(kernel_size, (list, tuple)) and nd == 1:
@@ -1067,6 +1085,10 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
                               f"a single int, or a tuple of {nd} ints (torch's lp_pool{nd}d "
                               f"does not broadcast one)")
   k = _pool_arg(op, "kernel_size", kernel_size, nd)
+  if np.isinf(p):  # torch: the largest |x| of each window (+inf), or the smallest (-inf)
+    mx = {1: max_pool1d, 2: max_pool2d, 3: max_pool3d}[nd]
+    sign = 1 if p > 0 else -1
+    return sign * mx(sign * jnp.abs(x), kernel_size, stride, 0, 1, ceil_mode)
   avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
   a = avg(_pow_scalar(x, p), kernel_size, stride, 0, ceil_mode)
   return _pow_scalar(jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k), 1.0 / p)
@@ -1094,7 +1116,8 @@ _LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x *
 
   Args:
     input: float16, bfloat16, float32 or float64 array, ``(N, C, *spatial)`` or unbatched.
-    norm_type: ``p`` (a float; negative window sums give NaN for fractional powers, as torch).
+    norm_type: ``p`` (a float; negative window sums give NaN for fractional powers, as torch;
+      ``inf`` gives each window's largest ``|x|`` and ``-inf`` its smallest, as torch).
     kernel_size: {kernel_arg}
     stride: an int or one per axis; default ``kernel_size``.
     ceil_mode: round output lengths up.

@@ -98,6 +98,19 @@ def test_max_pool_without_indices_and_errors():
     F.max_pool2d(x, 2, padding=2)
 
 
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_padding_limit_is_half_the_undilated_kernel_as_torch(nd):
+  # torch checks padding <= kernel_size // 2 whatever the dilation (3 // 2 = 1)
+  x = np.random.default_rng(11).standard_normal((1, 2) + (9,) * nd)
+  fn, tfn = getattr(F, f"max_pool{nd}d"), getattr(TF, f"max_pool{nd}d")
+  with pytest.raises(RuntimeError, match="half of kernel size"):
+    tfn(torch.tensor(x), 3, 1, 2, 2)
+  with pytest.raises(ValueError, match=f"max_pool{nd}d: argument `padding` must be at most half"):
+    fn(x, 3, 1, 2, 2)
+  np.testing.assert_array_equal(np.asarray(fn(x, 3, 1, 1, 2)),
+                                tfn(torch.tensor(x), 3, 1, 1, 2).numpy())
+
+
 def test_window_of_padding_only_deviation_is_pinned():
   """A dilated window can cover only padding (kernel 2, dilation 2, padding 1, length 1: taps
   at -1 and 1). torch returns -inf with the out-of-range index 1; jaxops.torch raises.

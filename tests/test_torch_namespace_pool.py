@@ -270,3 +270,73 @@ def test_uneven_adaptive_avg_pool_backward_with_non_finite_cotangents_matches_to
     got = np.asarray(vjp(ct)[0])
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_uneven_adaptive_avg_pool_and_area_with_infinite_inputs_match_torch(nd):
+  """A window holding +inf averages to +inf, one holding both infinities or a NaN to NaN, and
+  no other window changes, as torch's window sums give it (the taps' zero-weight padding of the
+  short windows would make 0 * inf = NaN)."""
+  rng = np.random.default_rng(60 + nd)
+  shape = (2, 3) + (7, 6, 5)[:nd]
+  out = (4, 4, 3)[:nd]
+  x = rng.standard_normal(shape)
+  flat = x.reshape(-1)
+  flat[rng.choice(flat.size, 12, replace=False)] = [np.inf] * 6 + [-np.inf] * 4 + [np.nan] * 2
+  flat[0] = np.inf  # the first element of its window, where the padding taps read
+  f = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}[nd]
+  tf = {1: TF.adaptive_avg_pool1d, 2: TF.adaptive_avg_pool2d, 3: TF.adaptive_avg_pool3d}[nd]
+  want = tf(torch.tensor(x), out).numpy()
+  assert np.isposinf(want).any() and np.isneginf(want).any()
+  np.testing.assert_allclose(np.asarray(f(x, out)), want, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(jax.jit(lambda v: f(v, out))(x)), want, rtol=1e-12,
+                             atol=1e-12)
+  area = TF.interpolate(torch.tensor(x), size=out, mode="area").numpy()
+  np.testing.assert_allclose(np.asarray(F.interpolate(x, size=out, mode="area")), area,
+                             rtol=1e-12, atol=1e-12)
+
+
+def test_area_on_an_empty_axis_raises_as_torch():
+  x = np.zeros((1, 2, 0, 4))
+  with pytest.raises(RuntimeError, match="non-zero size for non-batch dimensions"):
+    TF.interpolate(torch.tensor(x), size=(3, 3), mode="area")
+  with pytest.raises(ValueError, match="adaptive_avg_pool2d: .*non-zero size for non-batch"):
+    F.interpolate(x, size=(3, 3), mode="area")
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("norm_type", [np.inf, -np.inf])
+def test_lp_pool_infinite_norm_type_matches_torch(nd, norm_type):
+  """torch 2.13's lp_pool with norm_type +-inf: the max_pool of |x| (the largest |x| of each
+  window), or minus the max_pool of -|x| (the smallest)."""
+  rng = np.random.default_rng(70 + nd)
+  x = rng.standard_normal((2, 3) + (7, 6, 5)[:nd])
+  fn, tfn = getattr(F, f"lp_pool{nd}d"), getattr(TF, f"lp_pool{nd}d")
+  for stride, ceil_mode in ((None, False), (2, True)):
+    xt = torch.tensor(x, requires_grad=True)
+    ty = tfn(xt, norm_type, 3, stride, ceil_mode)
+    w = np.cos(np.arange(ty.numel())).reshape(tuple(ty.shape))
+    (ty * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(np.asarray(fn(x, norm_type, 3, stride, ceil_mode)),
+                                  ty.detach().numpy())
+    g = jax.grad(lambda v: jnp.sum(fn(v, norm_type, 3, stride, ceil_mode) * w))(x)
+    np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+  with pytest.raises(ValueError, match=f"lp_pool{nd}d: argument `norm_type`"):
+    fn(x, np.nan, 3)
+
+
+def test_interpolate_infinite_input_deviation_is_pinned():
+  """docs/DEVIATIONS.md, jaxops.torch 9: an inf among zeros reaches only the outputs that weigh
+  it in jaxops.torch; torch's zero-weight taps (and its pass over the kept height) give NaN."""
+  x = np.zeros((1, 1, 1, 7))
+  x[..., 3] = np.inf
+  inf, nan = np.inf, np.nan
+  for kw, ours, theirs in [
+      (dict(mode="bilinear"), [0, inf, inf, 0], [0, nan, nan, 0]),
+      (dict(mode="bilinear", align_corners=True), [0, 0, 0, 0], [0, nan, 0, 0]),
+      (dict(mode="bicubic"), [0, inf, inf, 0], [0, nan, nan, 0]),
+      (dict(mode="bicubic", antialias=True), [-inf, inf, inf, nan], [-inf, inf, inf, -inf]),
+      (dict(mode="bilinear", antialias=True), [0, inf, inf, 0], [0, inf, inf, 0])]:
+    np.testing.assert_array_equal(
+        TF.interpolate(torch.tensor(x), size=(1, 4), **kw).numpy().ravel(), theirs)
+    np.testing.assert_array_equal(np.asarray(F.interpolate(x, size=(1, 4), **kw)).ravel(), ours)
