@@ -134,12 +134,13 @@ def as_array(x: Any, op: str = "jaxops", arg: str = "x") -> jax.Array:
     raise type_error(op, arg, x, f"an array of numbers or bools ({e})") from None
 
 
-def floating_input(op: str, x: Any, allowed: Sequence[np.dtype]) -> jax.Array:
-  """``x`` as a JAX array whose dtype is one of ``allowed``, else a TypeError naming them."""
-  x = as_array(x, op, "x")
+def floating_input(op: str, x: Any, allowed: Sequence[np.dtype], *, arg: str = "x") -> jax.Array:
+  """``x`` (the argument ``arg``) as a JAX array whose dtype is one of ``allowed``, else a
+  TypeError naming them."""
+  x = as_array(x, op, arg)
   if x.dtype not in allowed:
     names = ", ".join(np.dtype(d).name for d in allowed)
-    raise TypeError(f"{op}: argument `x` must have dtype in ({names}); got dtype {x.dtype}")
+    raise TypeError(f"{op}: argument `{arg}` must have dtype in ({names}); got dtype {x.dtype}")
   return x
 
 

@@ -161,7 +161,21 @@ def max_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
     Array([[[[1, 5],
              [7, 8]]]], dtype=int32)
   """
-  x = _input(_OP, x)
+  return _max_pool_of(_input(_OP, x), kernel_shape, strides=strides, pads=pads,
+                      dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
+                      storage_order=storage_order, return_indices=return_indices)
+
+
+# The integer types jaxops.torch's max_pool takes beyond ONNX's int8 / uint8 (torch's max_pool2d
+# and 3d take every integer type): the comparisons and the padding (never selected) are the
+# same for any integer type.
+INTEGERS = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32, np.int64))
+
+
+def _max_pool_of(x: jax.Array, kernel_shape: Sequence[int], *, strides: Any, pads: Any,
+                 dilations: Any, auto_pad: Any, ceil_mode: Any, storage_order: Any,
+                 return_indices: Any) -> Any:
+  """max_pool of an ``x`` whose dtype its caller has checked."""
   shape = tuple(x.shape)
   static = (shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
   plan = _PLANS(cache_key(*static), *static)

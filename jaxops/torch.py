@@ -69,6 +69,7 @@ from jax.typing import ArrayLike
 
 import jaxops
 from jaxops import _checks
+from jaxops import _max_pool as _max_pool_module
 from jaxops import _resize_kernel
 from jaxops import _torch_uint8
 from jaxops._aten import (_INTERP_SIZE, _area_scale, _cubic_far, _cubic_near, _floorf, _fma,
@@ -99,7 +100,7 @@ def _op(name: str) -> str:
 
 
 def _float_input(name: str, x: Any) -> jax.Array:
-  return _checks.floating_input(_op(name), x, tuple(np.dtype(d) for d in _FLOATS))
+  return _checks.floating_input(_op(name), x, tuple(np.dtype(d) for d in _FLOATS), arg="input")
 
 
 def _coord_dtype(dtype: Any) -> type:
@@ -988,9 +989,10 @@ _MAX = _checks.ConfigCache(_max_config)
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _max_jit(x: jax.Array, cfg: _MaxPool) -> Any:
-  out = jaxops.max_pool(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
-                        dilations=cfg.dilation, ceil_mode=cfg.ceil_mode,
-                        return_indices=cfg.indices)
+  out = _max_pool_module._max_pool_of(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
+                                      dilations=cfg.dilation, auto_pad="NOTSET",
+                                      ceil_mode=cfg.ceil_mode, storage_order=0,
+                                      return_indices=cfg.indices)
   if not cfg.indices:
     return out
   y, idx = out
@@ -1000,7 +1002,8 @@ def _max_jit(x: jax.Array, cfg: _MaxPool) -> Any:
 
 def _max_pool(name: str, nd: int, input: ArrayLike, kernel_size: Any, stride: Any, padding: Any,
               dilation: Any, ceil_mode: Any, return_indices: Any) -> Any:
-  x = _checks.as_array(input, _op(name), "input")
+  x = _checks.floating_input(_op(name), input, tuple(np.dtype(d) for d in _FLOATS)
+                             + _max_pool_module.INTEGERS, arg="input")
   static = (name, nd, x.shape, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   cfg = _MAX(_checks.cache_key(*static), *static)
   return _max_jit(x, cfg)
@@ -1017,7 +1020,7 @@ _MAX_DOC = """``torch.nn.functional.max_pool{nd}d`` on ``(N, C, *spatial)`` or `
   ``max_unpool{nd}d``. The gradient goes to that element.
 
   Args:
-    input: float16, bfloat16, float32, float64, int8 or uint8 array.
+    input: float16, bfloat16, float32, float64 or integer (int8 to int64, uint8) array.
     kernel_size: an int or one per spatial axis.
     stride: an int or one per axis; default ``kernel_size``.
     padding: an int or one per axis, at most half the kernel (torch's limit, with or without

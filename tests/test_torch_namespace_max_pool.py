@@ -144,3 +144,40 @@ def test_ceil_mode_window_past_the_padded_input_matches_torch(shape, kw):
   np.testing.assert_array_equal(np.asarray(i), ti.numpy())
   g = jax.grad(lambda v: jnp.sum(fn(v, ceil_mode=True, **kw) * w))(x)
   np.testing.assert_array_equal(np.asarray(g), xt.grad.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64])
+def test_integer_inputs_of_max_pool2d_and_3d_match_torch(dtype):
+  """torch 2.13's max_pool2d and max_pool3d take every integer type; padding never wins, even
+  over the type's smallest value."""
+  info = np.iinfo(dtype)
+  rng = np.random.default_rng(12)
+  for nd, shape in ((2, (2, 3, 9, 8)), (3, (1, 2, 5, 6, 7))):
+    x = rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+    x[0, 0] = info.min
+    fn, tfn = getattr(F, f"max_pool{nd}d"), getattr(TF, f"max_pool{nd}d")
+    for kw in (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, ceil_mode=True),
+               dict(kernel_size=3, stride=1, padding=1, dilation=2)):
+      y, i = fn(x, return_indices=True, **kw)
+      ty, ti = tfn(torch.tensor(x), return_indices=True, **kw)
+      assert y.dtype == np.dtype(dtype)
+      np.testing.assert_array_equal(np.asarray(y), ty.numpy())
+      np.testing.assert_array_equal(np.asarray(i), ti.numpy())
+  with pytest.raises(TypeError, match="jaxops.torch.max_pool2d: argument `input` must have dtype"):
+    F.max_pool2d(np.zeros((1, 1, 4, 4), bool), 2)
+
+
+def test_integer_dtype_deviations_are_pinned():
+  """docs/DEVIATIONS.md, jaxops.torch 10."""
+  x = np.array([[[3, -7, 5, 1, -2, 6]]], np.int64)
+  with pytest.raises(NotImplementedError):
+    TF.max_pool1d(torch.tensor(x), 2)
+  np.testing.assert_array_equal(np.asarray(F.max_pool1d(x, 2)),
+                                TF.max_pool1d(torch.tensor(x, dtype=torch.float64), 2).numpy())
+  assert TF.avg_pool1d(torch.tensor(x), 2).tolist() == [[[-2, 3, 2]]]  # truncated toward zero
+  with pytest.raises(TypeError, match="jaxops.torch.avg_pool1d: argument `input` must have dtype"):
+    F.avg_pool1d(x, 2)
+  xi = np.arange(6, dtype=np.int32).reshape(1, 1, 6)
+  with pytest.raises(NotImplementedError):
+    TF.interpolate(torch.tensor(xi), size=3)
+  np.testing.assert_array_equal(np.asarray(F.interpolate(xi, size=3)), [[[0, 2, 4]]])

@@ -600,11 +600,11 @@ def test_wrong_dtypes_and_shapes_raise():
     F.max_unpool2d(x, np.zeros((1, 1, 2, 3), np.int64), 2)
   with pytest.raises(NotImplementedError):
     TF.max_unpool2d(torch.tensor(i), torch.tensor(i), 2)
-  with pytest.raises(TypeError, match="jaxops.torch.max_unpool2d: argument `x`"):
+  with pytest.raises(TypeError, match="jaxops.torch.max_unpool2d: argument `input`"):
     F.max_unpool2d(i, i, 2)
   with pytest.raises(NotImplementedError):
     TF.adaptive_max_pool2d(torch.tensor(i), 2)
-  with pytest.raises(TypeError, match="jaxops.torch.adaptive_max_pool2d: argument `x`"):
+  with pytest.raises(TypeError, match="jaxops.torch.adaptive_max_pool2d: argument `input`"):
     F.adaptive_max_pool2d(i, 2)
   with pytest.raises(TypeError, match="jaxops.torch.adaptive_max_pool2d: argument `output_size`"):
     jax.jit(lambda v, s: F.adaptive_max_pool2d(v, s))(x, 2)
