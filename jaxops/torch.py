@@ -720,7 +720,13 @@ def adaptive_avg_pool3d(input: ArrayLike, output_size: Any) -> jax.Array:
 
 
 def _pool_arg(op: str, arg: str, value: Any, nd: int, *, allow_empty: bool = False) -> tuple:
-  """torch's int-or-tuple pooling argument as ``nd`` ints (an empty sequence: ``()``)."""
+  """torch's int-or-tuple pooling argument as ``nd`` ints (an empty sequence: ``()``). A float,
+  even an integral one, is torch's TypeError."""
+  items = value if isinstance(value, (list, tuple)) else (value,)
+  if any(isinstance(v, (float, np.floating)) or (isinstance(v, (np.ndarray, jax.Array))
+                                                 and jnp.issubdtype(v.dtype, jnp.floating))
+         for v in items):
+    raise _checks.type_error(op, arg, value, "an int or a tuple of ints (as torch: not floats)")
   if isinstance(value, (list, tuple)):
     if allow_empty and len(value) == 0:
       return ()

@@ -96,6 +96,11 @@ def test_max_pool_without_indices_and_errors():
     TF.max_pool2d(torch.tensor(x), 2, padding=2)
   with pytest.raises(ValueError, match="jaxops.torch.max_pool2d: argument `padding`"):
     F.max_pool2d(x, 2, padding=2)
+  for kw in (dict(kernel_size=2.0), dict(kernel_size=2, dilation=(1.0, 1))):
+    with pytest.raises(TypeError):
+      TF.max_pool2d(torch.tensor(x), **kw)
+    with pytest.raises(TypeError, match="jaxops.torch.max_pool2d: argument .* not floats"):
+      F.max_pool2d(x, **kw)
 
 
 @pytest.mark.parametrize("nd", [1, 2, 3])

@@ -186,6 +186,11 @@ def test_vmap_and_jit():
     ("lp_pool1d", (2, (2,)), {}, "kernel_size.*must be an int"),
     ("lp_pool2d", (2, [2]), {}, "kernel_size.*tuple of 2 ints"),
     ("lp_pool3d", (2, (1, 2)), {}, "kernel_size.*tuple of 3 ints"),
+    # floats, even integral ones, are torch's TypeError
+    ("avg_pool2d", (2.0,), {}, "kernel_size.*not floats"),
+    ("avg_pool2d", (2,), dict(stride=(1, 1.0)), "stride.*not floats"),
+    ("avg_pool2d", (2,), dict(padding=1.0), "padding.*not floats"),
+    ("lp_pool2d", (2, (2.0, 2)), {}, "kernel_size.*not floats"),
 ])
 def test_impossible_arguments_raise_where_torch_raises(name, args, kw, match):
   # avg_pool1d and adaptive_avg_pool3d get an input of the wrong rank
