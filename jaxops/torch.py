@@ -544,7 +544,9 @@ def _adaptive_uneven(x: jax.Array, cfg: _Adaptive) -> jax.Array:
   most two nonzeros per input column) with XLA's dot: the transposed taps are an upsampling
   by gathers (56 -> 9 on 8x64x56x56: 19 ms against 4.8, one process). A cotangent holding inf
   or NaN takes a branch that gives each input what torch's window shares give it (0 * inf in
-  the matrices, or in the taps' zero-weight entries, would reach other windows' inputs)."""
+  the matrices, or in the taps' zero-weight entries, would reach other windows' inputs). So
+  does an input holding inf in the forward: a window with +inf averages to +inf, one with both
+  infinities to NaN (one pass over the input to look for them)."""
   passes = _uneven_passes(cfg, x.ndim)
 
   def plain(a: jax.Array) -> jax.Array:
