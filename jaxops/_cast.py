@@ -84,7 +84,9 @@ def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True,
 
   Gradients: a float -> float cast is differentiable; its tangent is the input tangent cast to
   the output type (XLA's conversion, no saturation: a straight-through estimator), so the
-  gradient is the cotangent cast back to the input type. Casts to integer or bool types have
+  gradient is the cotangent cast back to the input type. The tangent lives in the output type:
+  into FLOAT8E8M0 (no zero, no sign) a zero or negative tangent is NaN, and into the other
+  float8 types one beyond the type's range is NaN or inf. Casts to integer or bool types have
   zero gradient (JAX's float0 tangents), and integer or bool inputs have none (``jax.grad``
   rejects them).
 
@@ -214,10 +216,48 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
   if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
     if hasattr(x, "dtype"):
       _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
+    _check_dtype(op, target_arg, target.dtype)
+    if isinstance(x, np.ndarray) and x.dtype.itemsize == 8 and x.dtype.kind in "iuf" and \
+        _wide_float() != _F64:
+      x = _narrowed_on_host(x, np.dtype(target.dtype))
     x = _checks.as_array(x, op, "x")
   _check_dtype(op, "x", x.dtype)
   _check_dtype(op, target_arg, target.dtype)
   return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
+
+
+def _narrowed_on_host(x: np.ndarray, dst: np.dtype) -> np.ndarray:
+  """A 64-bit NumPy input, with JAX's 64-bit types off, made 32-bit on the host so that it casts
+  to ``dst`` as its 64-bit values would. JAX itself would narrow it first (float64 rounded to
+  float32, then rounded again by the cast; int64 wrapped to int32: 2**40 + 5 became 5): here
+  floats for float targets are rounded to odd in float32 (the cast's one rounding then gives
+  the right result), values for integer targets are rounded as the cast would round them
+  (exact in float32 where the target can hold them), and an integer input keeps its low bits
+  for an integer target (what the cast keeps anyway)."""
+  if dst == np.dtype(bool):
+    return x != 0
+  if not _is_float(dst):
+    if x.dtype.kind == "f":
+      x = np.round(x) if dst in _NARROW_INT else np.trunc(x)  # before float32 moves them
+      return x.astype(np.float32)
+    return x
+  with np.errstate(over="ignore", invalid="ignore"):
+    f = x.astype(np.float32)
+    if dst == _F32:
+      return f
+    if x.dtype.kind == "f":
+      back = f.astype(np.float64)
+      inexact = ~(back == x) & ~np.isnan(x)
+      away = np.abs(back) > np.abs(x)
+    else:
+      info = np.iinfo(x.dtype)
+      big = f >= np.float32(2.0 ** (64 if info.min == 0 else 63))
+      back = np.where(big, info.max, np.where(big, 0, f).astype(x.dtype))
+      inexact = big | (back != x)
+      away = big | np.where(x >= 0, back > x, back < x)
+    t = np.where(away, np.nextafter(f, np.float32(0)), f).astype(np.float32)
+    bits = t.view(np.uint32)
+    return np.where(inexact, bits | np.uint32(1), bits).view(np.float32)
 
 
 @functools.cache
@@ -247,7 +287,7 @@ def _check_dtype(op: str, arg: str, dtype: Any) -> None:
   if dtype.kind == "c":
     raise TypeError(f"{op}: argument `{arg}` has complex dtype {dtype}; ONNX Cast has no "
                     f"complex types")
-  if not _xla_holds(dtype):
+  if dtype.kind == "V" and not _xla_holds(dtype):  # NumPy's own types: XLA holds them all
     raise TypeError(f"{op}: argument `{arg}`: {elem.name} ({dtype}) is an ONNX type that the "
                     f"installed JAX/XLA cannot convert (jax {jax.__version__}); cast through "
                     f"float32 with NumPy/ml_dtypes on the host instead")
@@ -280,9 +320,13 @@ def _convert(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
   if src == dst:
     return x
   if dst == np.dtype(bool):
-    if src not in _WIDE_FLOATS and _is_float(src):
-      x = lax.convert_element_type(x, _F32)
-    elif src in _NARROW_INT:
+    if _is_float(src):
+      # x != 0 on the bits without the sign: XLA's CPU comparisons read subnormals as zero
+      if src not in (_F32, _F64):
+        x = lax.convert_element_type(x, _F32)
+      bits = lax.bitcast_convert_type(x, np.uint64 if x.dtype == _F64 else np.uint32)
+      return (bits << 1) != 0
+    if src in _NARROW_INT:
       x = lax.convert_element_type(x, np.int32)
     return x != 0
   if src == np.dtype(bool):
@@ -290,11 +334,33 @@ def _convert(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
   if not _is_float(src):
     if not _is_float(dst):
       return _int_to_int(x, dst)
-    x = lax.convert_element_type(x, _wide_float())  # exact below 2**53 (2**24 without x64)
+    wide = _wide_float()
+    if dst == wide or 8 * src.itemsize <= np.finfo(wide).nmant + 1:
+      x = lax.convert_element_type(x, wide)  # exact, or the one rounding there is
+    else:
+      x = _round_to_odd(x, wide)
     return _float_to_float(x, dst, saturate, mode, fnuz_inf_to_nan)
   if not _is_float(dst):
     return _float_to_int(x, dst)
   return _float_cast(x, dst.name, saturate, mode.value, fnuz_inf_to_nan)
+
+
+def _round_to_odd(x: jax.Array, wide: np.dtype) -> jax.Array:
+  """Integer ``x`` as the float ``wide`` rounded to odd: toward zero, with the last mantissa bit
+  set where that dropped bits. A second rounding to a float type with at least two fewer
+  mantissa bits (bfloat16, float16, float8, e8m0 in any round mode) then rounds as ``x`` itself
+  would: int32 33685505 -> bfloat16 is 33816576, where rounding through float32 gives 33554432."""
+  f = lax.convert_element_type(x, wide)
+  info = np.iinfo(x.dtype)
+  big = f >= wide.type(2.0 ** (8 * x.dtype.itemsize - (1 if info.min < 0 else 0)))  # past max
+  back = jnp.where(big, x.dtype.type(info.max),
+                   lax.convert_element_type(jnp.where(big, wide.type(0), f), x.dtype))
+  inexact = big | (back != x)
+  away = big | jnp.where(x >= 0, back > x, back < x)  # |f| > |x|
+  t = jnp.where(away, jnp.nextafter(f, jnp.zeros((), wide)), f)
+  ui = np.uint64 if wide.itemsize == 8 else np.uint32
+  bits = lax.bitcast_convert_type(t, ui)
+  return lax.bitcast_convert_type(jnp.where(inexact, bits | ui(1), bits), wide)
 
 
 def _int_to_int(x: jax.Array, dst: np.dtype) -> jax.Array:

@@ -638,3 +638,77 @@ def test_to_accepts_enum_name_and_dtype():
   for to in (10, "FLOAT16", "float16", np.float16, jnp.float16, np.dtype("float16")):
     assert_same(jaxops.cast(x, to), x.astype(np.float16))
   assert_same(jaxops.cast(x, jnp.bfloat16), x.astype(ml_dtypes.bfloat16))
+
+
+def test_subnormals_to_bool_are_true():
+  # only +-0 become False; XLA's CPU comparisons read subnormals as zero, jaxops reads the bits
+  from onnx.reference import ReferenceEvaluator
+
+  for x in (np.array([1e-45, -1e-39, 0.0, -0.0, np.nan, np.inf], np.float32),
+            np.array([5e-324, -2.2e-308, 0.0, -0.0, np.nan], np.float64)):
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BOOL)
+    want = ReferenceEvaluator(node).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(want[:2], [True, True])
+    np.testing.assert_array_equal(np.asarray(jaxops.cast(x, "BOOL")), want)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda a: jaxops.cast(a, "BOOL"))(x)), want)
+
+
+def _int_nearest_even(n: int, dst) -> float:
+  """The value of ``dst`` nearest to the integer ``n`` (ties to even), from Python integers."""
+  m = ml_dtypes.finfo(dst).nmant + 1  # significant bits
+  a = abs(n)
+  e = a.bit_length() - m
+  if e <= 0:
+    return float(n)
+  q, r = divmod(a, 1 << e)
+  if r > (1 << (e - 1)) or (r == (1 << (e - 1)) and q & 1):
+    q += 1
+  return float(-(q << e) if n < 0 else q << e)
+
+
+@pytest.mark.parametrize("src", [np.int32, np.uint32, np.int64, np.uint64])
+@pytest.mark.parametrize("dst", [ml_dtypes.bfloat16, np.float16])
+def test_integers_round_once(src, dst):
+  # XLA converts int32 (int64) to float32 (float64) and then to dst: two roundings. int32
+  # 33685505 -> bfloat16: 2**25 + 131073, past the midpoint 2**25 + 131072, is 33816576;
+  # through float32 (and in onnx.reference, whose ml_dtypes rounds the same way) 33554432.
+  info = np.iinfo(src)
+  rng = np.random.default_rng(8)
+  lo, hi = max(int(info.min), -2 ** 62), min(int(info.max), 2 ** 62)
+  v = [int(a) for a in rng.integers(lo, hi, 3000, dtype=np.int64)]
+  v += [int(info.max), int(info.min), 33685505, 16777217, 2 ** 24 + 2 ** 16 + 1]
+  # halfway points plus one between neighbours of dst at many magnitudes (the traps)
+  m = ml_dtypes.finfo(dst).nmant + 1
+  v += [(1 << k) + (1 << (k - m)) + 1 for k in range(m + 2, 8 * np.dtype(src).itemsize - 1)]
+  v = [a for a in v if info.min <= a <= info.max]
+  with np.errstate(over="ignore"):
+    want = np.array([_int_nearest_even(a, dst) for a in v]).astype(dst)
+  x = np.array(v, src)
+  assert_same(jaxops.cast(x, np.dtype(dst)), want)
+  if src == np.int32 and dst == ml_dtypes.bfloat16:
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)
+    ref = ReferenceEvaluator(node).run(None, {"x": np.array([33685505], np.int32)})[0]
+    assert float(np.asarray(ref, np.float32)[0]) == 33554432.0  # the double rounding
+    assert float(np.asarray(jaxops.cast(np.array([33685505], np.int32), "BFLOAT16"),
+                            np.float32)[0]) == 33816576.0
+
+
+def test_64_bit_numpy_inputs_without_64_bit_types():
+  # JAX narrows a 64-bit NumPy array when it takes it with 64-bit types off (int64 wraps:
+  # 2**40 + 5 would become 5; float64 rounds to float32 and the cast rounds again); jaxops casts
+  # such inputs as their 64-bit values.
+  with jax.enable_x64(False):
+    assert_same(jaxops.cast(np.array([2 ** 40 + 5, -(2 ** 40)], np.int64), "FLOAT"),
+                np.array([2 ** 40 + 5, -(2 ** 40)], np.int64).astype(np.float32))
+    assert_same(jaxops.cast(np.array([1.0625 + 2 ** -40]), ml_dtypes.float8_e4m3fn),
+                np.array([1.125], ml_dtypes.float8_e4m3fn))
+    assert_same(jaxops.cast(np.array([1 + 2 ** -8 + 2 ** -30]), ml_dtypes.bfloat16),
+                np.array([_int_nearest_even(2 ** 30 + 2 ** 22 + 1, ml_dtypes.bfloat16)
+                          / 2 ** 30], ml_dtypes.bfloat16))
+    assert_same(jaxops.cast(np.array([2 ** 40, 0], np.int64), "BOOL"), np.array([True, False]))
+    assert_same(jaxops.cast(np.array([2 ** 40 + 3, -1], np.int64), "INT8"),
+                np.array([3, -1], np.int8))  # the low bits, as ONNX keeps them
+    assert_same(jaxops.cast(np.array([2.9999999999, -2.9999999999]), "INT32"),
+                np.array([2, -2], np.int32))  # truncated, not rounded to 3 by float32 first

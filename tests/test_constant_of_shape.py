@@ -170,3 +170,19 @@ def test_an_output_that_cannot_fit_is_refused_before_allocating():
   # Under jit too (the shape is static, so the check runs when tracing).
   with pytest.raises(ValueError, match=r"jaxops.constant_of_shape: the output would have shape"):
     jax.jit(lambda v: jaxops.constant_of_shape([2**40, 2**40], v))(jnp.float32(1))
+
+
+def test_an_empty_output_whose_other_dims_overflow_is_an_error_not_an_abort():
+  # XLA multiplies the dims (and the element size) in int64 even with a zero dim and aborts the
+  # process where that overflows; onnx.reference refuses such a shape too ("array is too big").
+  from onnx import helper
+  from onnx.reference import ReferenceEvaluator
+
+  node = helper.make_node("ConstantOfShape", ["s"], ["y"])
+  for shape in ([2**40, 2**40, 0], [2**62, 2**62, 0], [0, 2**62]):
+    with pytest.raises(ValueError):
+      ReferenceEvaluator(node).run(None, {"s": np.array(shape, np.int64)})
+    with pytest.raises(ValueError, match=r"jaxops.constant_of_shape: the output shape .* "
+                                         r"exceeds 2\*\*63 - 1"):
+      jaxops.constant_of_shape(shape)
+  assert jaxops.constant_of_shape([2**62, 0], np.array([1], np.int8)).shape == (2**62, 0)
