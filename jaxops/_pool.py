@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxops._checks import ConfigCache, cache_key, floating_input, global_pool_input
+from jaxops._checks import ConfigCache, cache_key, floating_input, global_pool_input, static_bool
 from jaxops._window import WindowAxis, window_plan
 
 _DTYPES = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
@@ -65,8 +65,10 @@ def _counts(a: WindowAxis, count_include_pad: bool, axis: int) -> tuple[int, ...
 
 def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, dilations: Any,
           auto_pad: Any, ceil_mode: bool, count_include_pad: bool) -> _AveragePlan:
+  ceil_mode = static_bool(_OP, "ceil_mode", ceil_mode)
+  count_include_pad = static_bool(_OP, "count_include_pad", count_include_pad)
   axes = window_plan(_OP, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
-  counts = tuple(_counts(a, bool(count_include_pad), i) for i, a in enumerate(axes))
+  counts = tuple(_counts(a, count_include_pad, i) for i, a in enumerate(axes))
   return _AveragePlan(axes, counts)
 
 

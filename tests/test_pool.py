@@ -362,3 +362,12 @@ def test_empty_auto_pad_matches_onnxruntime_and_reference():
   sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
   np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=1e-6)
   np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("arg", ["ceil_mode", "count_include_pad"])
+@pytest.mark.parametrize("value", ["no", 0.5, None, 2])
+def test_flags_must_be_bools(arg, value):
+  # bool("no") is True: a string flag used to read as set, and count_include_pad="no" gave the
+  # padded average silently
+  with pytest.raises(TypeError, match=rf"jaxops.average_pool: argument `{arg}` must be a bool"):
+    jaxops.average_pool(np.arange(10.0).reshape(1, 1, 10), (3,), pads=(1, 1), **{arg: value})
