@@ -188,3 +188,82 @@ def test_constant_of_shape_takes_a_1d_shape():
   with pytest.raises(ValueError, match=r"node 'c' \(ConstantOfShape-\d+\): input 0 \(`input`\) "
                      r"has rank 2 .* must have rank 1"):
     run_node(node, [np.array([[1, 2]], np.int64)])
+
+
+# --- the front end's own edges (an adversarial audit) --------------------------------------------
+
+
+def test_unsupported_op_error_names_the_node():
+  model = _model([helper.make_node("Sigmoid", ["x"], ["y"], name="my_sigmoid")],
+                 [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])])
+  with pytest.raises(NotImplementedError, match=r"node 'my_sigmoid': Sigmoid version 13"):
+    Backend.prepare(model)
+
+
+def test_prepare_reports_later_attributes_as_jaxops_does():
+  # onnx.checker would raise its ValidationError (not a ValueError) first; jaxops' own check
+  # names the node, the version and the attributes the version takes
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2], count_include_pad=1)
+  model = _model([node], [_vi("x", TensorProto.FLOAT, [1, 1, 4])],
+                 [_vi("y", TensorProto.FLOAT, None)], opset=1)
+  with pytest.raises(ValueError, match=r"AveragePool-1.*has no attribute `count_include_pad`"):
+    Backend.run_model(model, [np.zeros((1, 1, 4), np.float32)])
+
+
+def test_a_model_onnx_checker_refuses_is_a_value_error():
+  node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)
+  model = _model([node], [_vi("x", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, [2])])
+  model.ir_version = 10
+  model.graph.node[0].output[0] = "x"  # a node writes a graph input: invalid SSA
+  model.graph.output[0].name = "x"
+  with pytest.raises(onnx.checker.ValidationError):
+    onnx.checker.check_model(model)
+  with pytest.raises(ValueError, match="fails onnx.checker.check_model"):
+    Backend.prepare(model)
+
+
+def test_an_initializer_listed_as_a_graph_input_can_be_fed():
+  # IR 4+: such an initializer is a default; onnxruntime and onnx.reference use the fed value
+  node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+  scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+  model = _model([node], [_vi("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+                          _vi("scales", TensorProto.FLOAT, [4])],
+                 [_vi("y", TensorProto.FLOAT, [1, 1, None, None])], initializers=[scales],
+                 opset=13)
+  x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+  feeds = {"x": x, "scales": np.array([1, 1, 3, 3], np.float32)}
+  got = _against_reference(model, feeds)
+  assert got[0].shape == (1, 1, 6, 6)
+  assert Backend.prepare(model).run({"x": x})[0].shape == (1, 1, 4, 4)  # the default
+
+
+def test_fed_inputs_are_checked_against_their_declaration():
+  import onnxruntime as ort
+
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2])
+  model = _model([node], [_vi("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                 [_vi("y", TensorProto.FLOAT, [1, 1, 3, 3])], opset=19)
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  for bad, exc in ((np.zeros((1, 1, 4, 4)), TypeError), (np.zeros((1, 1, 6, 6), np.float32),
+                                                         ValueError)):
+    with pytest.raises(Exception, match="INVALID_ARGUMENT|Unexpected input data type"):
+      sess.run(None, {"x": bad})
+    with pytest.raises(exc, match="jaxops.onnx: input 'x' is declared"):
+      Backend.run_model(model, [bad])
+
+
+def test_run_node_input_counts_and_devices():
+  node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2])
+  with pytest.raises(ValueError, match=r"takes the inputs \['x'\].*got 0 arrays"):
+    run_node(node, [])
+  resize = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+  x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+  s = np.array([1, 1, 2, 2], np.float32)
+  compact = run_node(resize, [x, s], opset_version=13)[0]
+  slotted = run_node(resize, [x, None, s], opset_version=13)[0]
+  np.testing.assert_array_equal(compact, slotted)
+  assert compact.shape == (1, 1, 4, 4)
+  assert not Backend.supports_device("TPU")
+  with pytest.raises(ValueError, match="not an ONNX device name"):
+    Backend.prepare(_model([node], [_vi("x", TensorProto.FLOAT, [1, 1, 4])],
+                           [_vi("y", TensorProto.FLOAT, None)], opset=19), "TPU")

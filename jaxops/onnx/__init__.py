@@ -63,7 +63,11 @@ def _constant_value(node: onnx.NodeProto, attrs: dict[str, Any]) -> np.ndarray:
 
 
 def _device(device: str) -> jax.Device:
-  kind = Device(device).type
+  try:
+    kind = Device(device).type
+  except Exception:  # noqa: BLE001 - onnx's parser raises AttributeError/ValueError/KeyError
+    raise ValueError(f"jaxops.onnx: device {device!r} is not an ONNX device name; use 'CPU' or "
+                     f"'CUDA' (optionally ':<index>')") from None
   platform = "gpu" if kind == DeviceType.CUDA else "cpu"
   try:
     return jax.devices(platform)[0]
@@ -98,6 +102,10 @@ class BackendRep(_BaseRep):
               for imp in model.opset_import}
     self._init = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     self.input_names = [i.name for i in graph.input if i.name not in self._init]
+    # Initializers listed among the graph inputs (IR 4+) are defaults that a feed may replace.
+    self._overridable = [i.name for i in graph.input if i.name in self._init]
+    self._declared = {i.name: i.type.tensor_type for i in graph.input
+                      if i.type.HasField("tensor_type")}
     self.output_names = [o.name for o in graph.output]
     self._nodes: list[tuple[onnx.NodeProto, _registry.Adapter | None, dict[str, Any]]] = []
     known = set(self._init) | set(self.input_names)
@@ -115,7 +123,11 @@ class BackendRep(_BaseRep):
       if domain not in opsets:
         raise NotImplementedError(f"jaxops.onnx: node {node.op_type} uses domain {domain!r}, "
                                   f"which the model does not import")
-      adapter = _registry.lookup(node.op_type, domain, opsets[domain])
+      try:
+        adapter = _registry.lookup(node.op_type, domain, opsets[domain])
+      except NotImplementedError as e:
+        raise NotImplementedError(f"jaxops.onnx: node {node.name!r}: "
+                                  f"{str(e).removeprefix('jaxops.onnx: ')}") from None
       _registry.check_signature(node, adapter)
       for i in adapter.static_inputs:
         if i < len(node.input) and node.input[i]:
@@ -133,7 +145,7 @@ class BackendRep(_BaseRep):
     if missing:
       raise ValueError(f"jaxops.onnx: graph outputs {missing} are produced by no node")
     self._consts = consts
-    self._static_inputs = [n for n in self.input_names if n in static]
+    self._static_names = static
     self._host = host
     self._cache: dict[Any, Any] = {}
 
@@ -168,10 +180,12 @@ class BackendRep(_BaseRep):
   def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
     """Runs the model on ``inputs`` (a sequence in graph-input order, or a name -> array map)."""
     if isinstance(inputs, Mapping):
-      unknown = set(inputs) - set(self.input_names)
+      unknown = set(inputs) - set(self.input_names) - set(self._overridable)
       if unknown:
         raise ValueError(f"jaxops.onnx: unknown inputs {sorted(unknown)}; the graph takes "
-                         f"{self.input_names}")
+                         f"{self.input_names}"
+                         + (f" (and may replace the initializers {self._overridable})"
+                            if self._overridable else ""))
       values = {n: _as_input(n, v) for n, v in inputs.items()}
     else:
       if not isinstance(inputs, (list, tuple)):
@@ -183,6 +197,8 @@ class BackendRep(_BaseRep):
     absent = [n for n in self.input_names if n not in values]
     if absent:
       raise ValueError(f"jaxops.onnx: missing inputs {absent}")
+    for n, v in values.items():
+      self._check_declared(n, v)
     host = self._host or any(getattr(v, "dtype", None) == object for v in values.values())
     with jax.enable_x64(True), jax.default_device(self.device):
       if host:
@@ -192,8 +208,31 @@ class BackendRep(_BaseRep):
         outs = self._compiled(values)
     return tuple(np.asarray(o) for o in outs)
 
+  def _check_declared(self, name: str, value: Any) -> None:
+    """The fed ``value`` against the graph input's declared element type and fixed dims, as
+    onnxruntime checks them (a wrong dtype would otherwise flow through: float64 fed to a FLOAT
+    input came out float64)."""
+    t = self._declared.get(name)
+    if t is None or getattr(value, "dtype", None) is None:
+      return
+    want = _dtypes.BY_ENUM.get(t.elem_type)
+    if want is not None:
+      try:
+        got = _dtypes.of_dtype(value.dtype).name
+      except ValueError:
+        got = str(value.dtype)
+      if got != want.name:
+        raise TypeError(f"jaxops.onnx: input {name!r} is declared {want.name}; got an array of "
+                        f"dtype {value.dtype} ({got})")
+    if t.HasField("shape"):
+      dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+      shape = tuple(np.shape(value))
+      if len(dims) != len(shape) or any(d is not None and d != s for d, s in zip(dims, shape)):
+        raise ValueError(f"jaxops.onnx: input {name!r} is declared with shape "
+                         f"{tuple('?' if d is None else d for d in dims)}; got shape {shape}")
+
   def _compiled(self, values: dict[str, Any]) -> list[Any]:
-    static = {n: np.asarray(values[n]) for n in self._static_inputs}
+    static = {n: np.asarray(v) for n, v in values.items() if n in self._static_names}
     key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in static.items())
     fn = self._cache.get(key)
     if fn is None:
@@ -228,8 +267,12 @@ class Backend(_BaseBackend):
       NotImplementedError: an op or opset version jaxops lacks (the message lists what is
         supported).
     """
-    onnx.checker.check_model(model)
-    return BackendRep(model, device)
+    rep = BackendRep(model, device)  # jaxops' own checks first: they name node and version
+    try:
+      onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+      raise ValueError(f"jaxops.onnx: the model fails onnx.checker.check_model: {e}") from e
+    return rep
 
   @classmethod
   def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU",
@@ -242,6 +285,15 @@ class Backend(_BaseBackend):
                **kwargs: Any) -> tuple[np.ndarray, ...]:
     """Runs one node. ``opset_version=`` picks the opset (default: the newest onnx knows)."""
     opset = int(kwargs.get("opset_version", onnx.defs.onnx_opset_version()))
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    named = [n for n in node.input if n]
+    if len(inputs) != len(node.input):
+      if len(inputs) != len(named):
+        raise ValueError(f"jaxops.onnx: node {node.name!r} ({node.op_type}) takes the inputs "
+                         f"{list(node.input)}: give one array per name (None for an empty "
+                         f"name) or one per non-empty name; got {len(inputs)} arrays")
+      it = iter(inputs)
+      inputs = [next(it) if n else None for n in node.input]
     arrays = [_as_input(n, v) for n, v in zip(node.input, inputs)]
     graph_inputs = [
         helper.make_tensor_value_info(name, _dtypes.of_dtype(a.dtype).enum, list(a.shape))
