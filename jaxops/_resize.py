@@ -312,6 +312,9 @@ def _roi(roi: Any, coord: CoordinateTransformationMode,
     raise _checks.value_error(_OP, "roi", roi, f"a 1-D array of {2 * n} values (starts then "
                               f"ends of the {n} resized axes)")
   if not traced:
+    if not np.all(np.isfinite(arr)):
+      raise _checks.value_error(_OP, "roi", roi, "finite values (a traced roi's NaN gives "
+                                "extrapolation_value)")
     return arr, None
   if not jnp.issubdtype(arr.dtype, jnp.floating):
     arr = arr.astype(jnp.result_type(float))
@@ -462,7 +465,7 @@ def _taps(xp: Any, cfg: _Config, p: _Axis, x_ori: Any) -> tuple[Any, Any, Any]:
   n_in = p.in_len
   mask = None
   if cfg.coord is CoordinateTransformationMode.TF_CROP_AND_RESIZE:
-    mask = (x_ori < 0) | (x_ori > n_in - 1)
+    mask = ~((x_ori >= 0) & (x_ori <= n_in - 1))  # a NaN coordinate (traced roi) extrapolates
   c = xp.ceil(x_ori)
   r = x_ori - (c - 1)  # in (0, 1]: the reference prefers the left pixel at integers
   if cfg.mode is Mode.NEAREST:

@@ -510,3 +510,42 @@ def test_gathers_index_one_axis_at_a_time():
       dims = [int(d) for d in idx_shape.split("x")]
       assert idx_type in ("i32", "i64") and dims[0] <= 61 and len(dims) <= 2, (idx_shape, idx_type)
   assert _resize._index_dtype(2**31 - 1) == np.int32 and _resize._index_dtype(2**31) == np.int64
+
+
+def test_deviation_float32_roi_is_read_exactly():
+  """docs/DEVIATIONS.md, Resize 13: roi start float32(0.2) on a length-6 axis gives the
+  coordinate 5 * 0.20000000298 = 1.0000000149 (exact), ceiling 2; onnxruntime and onnx.reference
+  round it to 1.0 in float32 and read pixel 1."""
+  import onnxruntime as ort
+  from onnx import TensorProto, helper
+  from onnx.reference import ReferenceEvaluator
+
+  x = (np.arange(6, dtype=np.float32) * 10).reshape(1, 6)
+  roi = np.array([0, 0.2, 1, 0.8], np.float32)
+  scales = np.array([1, 0.75], np.float32)
+  first = Fraction(float(roi[1])) * 5
+  assert first > 1 and int(np.ceil(float(first))) == 2
+  kw = dict(mode="nearest", nearest_mode="ceil",
+            coordinate_transformation_mode="tf_crop_and_resize")
+  got = np.asarray(jaxops.resize(x, roi=roi, scales=scales, **kw))
+  assert got[0, 0] == 20.0
+  node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], **kw)
+  feeds = {"x": x, "roi": roi, "scales": scales}
+  assert ReferenceEvaluator(node).run(None, feeds)[0][0, 0] == 10.0
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
+                    for n, v in feeds.items()],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+      opset_imports=[helper.make_opsetid("", 19)])
+  model.ir_version = 9
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  assert sess.run(None, feeds)[0][0, 0] == 10.0
+  # a static roi must be finite; a traced NaN one extrapolates
+  with pytest.raises(ValueError, match=r"jaxops.resize: argument `roi` must be finite"):
+    jaxops.resize(x, roi=[0, np.nan, 1, 0.8], scales=scales, **kw)
+  for mode in ("nearest", "linear", "cubic"):
+    y = jax.jit(lambda r: jaxops.resize(x, roi=r, scales=scales, mode=mode,
+                                        coordinate_transformation_mode="tf_crop_and_resize",
+                                        extrapolation_value=-1.0))(
+        jnp.array([0, np.nan, 1, 0.8], jnp.float32))
+    np.testing.assert_array_equal(np.asarray(y), -1.0)
