@@ -379,7 +379,10 @@ def _float_to_int(x: jax.Array, dst: np.dtype) -> jax.Array:
   if np.dtype(x.dtype) not in _WIDE_FLOATS:
     x = lax.convert_element_type(x, _F32)
   if dst in _NARROW_INT:  # ONNX's Int4/Int2 notes: round half to even, then keep the low bits
-    return _int_to_int(lax.convert_element_type(jnp.round(x), _wide_int()), dst)
+    # of the integer itself: fmod by 2**bits is exact, so a value past the wide integer's range
+    # (3e9 in float32 without x64, 1e20) keeps its own low bits instead of saturating first
+    low = jnp.fmod(jnp.round(x), x.dtype.type(1 << _NARROW_INT[dst][0]))
+    return _int_to_int(lax.convert_element_type(low, np.int32), dst)
   return lax.convert_element_type(x, dst)
 
 

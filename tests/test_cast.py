@@ -712,3 +712,23 @@ def test_64_bit_numpy_inputs_without_64_bit_types():
                 np.array([3, -1], np.int8))  # the low bits, as ONNX keeps them
     assert_same(jaxops.cast(np.array([2.9999999999, -2.9999999999]), "INT32"),
                 np.array([2, -2], np.int32))  # truncated, not rounded to 3 by float32 first
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_large_floats_to_narrow_ints_keep_their_own_low_bits(x64):
+  # "round to the nearest integer (ties to even) and truncate": the low bits of the integer
+  # itself, however large; a conversion through int32 first saturated 3e9 (and 1e20 in int64)
+  vals = np.array([3e9, -3e9, 2.0 ** 31, 1e20, -1e20, 2.0 ** 24 + 3, 1e30, 12345678.0, -2.5,
+                   7.5, -17.0], np.float32)
+
+  def low_bits(v: float, bits: int, signed: bool) -> int:
+    n = int(Fraction(float(v)).limit_denominator(1) if float(v).is_integer() else round(v))
+    n %= 1 << bits
+    return n - (1 << bits) if signed and n >= 1 << (bits - 1) else n
+
+  with jax.enable_x64(x64):
+    for name, bits, signed, dt in (("INT4", 4, True, ml_dtypes.int4),
+                                   ("UINT4", 4, False, ml_dtypes.uint4),
+                                   ("INT2", 2, True, ml_dtypes.int2)):
+      want = np.array([low_bits(v, bits, signed) for v in vals]).astype(dt)
+      assert_same(jaxops.cast(vals, name), want)

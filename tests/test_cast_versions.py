@@ -277,7 +277,7 @@ def test_castlike_saturate_from_version_19():
   x = np.array([1e6, np.inf], np.float32)
   like = np.zeros(1, ml_dtypes.float8_e4m3fn)
   (y,) = Backend.run_model(_model("CastLike", 19, T.FLOAT, {"saturate": 0},
-                                  extra_inputs=(like,)), [x])
+                                  extra_inputs=(like,), shape=x.shape), [x])
   assert np.isnan(_f64(y)).all()
   node = helper.make_node("CastLike", ["x", "like"], ["y"])
   with pytest.raises(TypeError, match=r"CastLike-15\): input 1 \(`target_type`\) has element type "
