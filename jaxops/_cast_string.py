@@ -17,6 +17,7 @@ import math
 import re
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from jaxops import _dtypes
@@ -107,9 +108,12 @@ def format_number(v: Any, dtype: np.dtype) -> str:
   if math.isinf(f):
     return "INF" if f > 0 else "-INF"
   digits, text = 17, f"{f:.16e}"
+  # FLOAT8E8M0 reads text back with a round_mode (up by default), not to nearest: its text must
+  # be the power of two itself (exact in float64), or "5e-38" would read back as 2**-123
+  exact = dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
   for p in range(1, 18):
     candidate = f"{f:.{p - 1}e}"
-    if np.array(float(candidate)).astype(dtype) == v:
+    if (float(candidate) == f) if exact else (np.array(float(candidate)).astype(dtype) == v):
       digits, text = p, candidate
       break
   mantissa, exp_text = text.split("e")

@@ -732,3 +732,15 @@ def test_large_floats_to_narrow_ints_keep_their_own_low_bits(x64):
                                    ("INT2", 2, True, ml_dtypes.int2)):
       want = np.array([low_bits(v, bits, signed) for v in vals]).astype(dt)
       assert_same(jaxops.cast(vals, name), want)
+
+
+@pytest.mark.parametrize("round_mode", ["up", "down", "nearest"])
+@pytest.mark.parametrize("saturate", [True, False])
+def test_e8m0_text_reads_back_in_every_round_mode(round_mode, saturate):
+  # the shortest text that reads back to nearest ("5e-38" for 2**-124) rounds up to 2**-123;
+  # e8m0's text is the power of two itself, which every round mode reads back
+  vals = np.arange(255, dtype=np.uint8).view(E8M0)
+  text = np.asarray(jaxops.cast(vals, "STRING"))
+  assert all(float(t) == float(v) for t, v in zip(text, vals.astype(np.float64)))
+  back = jaxops.cast(text, E8M0, round_mode=round_mode, saturate=saturate)
+  np.testing.assert_array_equal(np.asarray(back).view(np.uint8), vals.view(np.uint8))
