@@ -115,6 +115,11 @@ def _axis(op: str, n: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: 
   return WindowAxis(n, k, s, d, pb, pe, out)
 
 
+# The longest window per axis: a window's taps are planned on the host one by one, so a kernel
+# of 2**40 (which auto_pad SAME pads any input to hold) would ask for terabytes.
+_MAX_KERNEL = 1 << 24
+
+
 def window_plan(op: str, shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any,
                 dilations: Any, auto_pad: Any, ceil_mode: bool) -> tuple[WindowAxis, ...]:
   """The per-axis window plans of a pool over the trailing ``len(kernel_shape)`` axes.
@@ -133,7 +138,8 @@ def window_plan(op: str, shape: tuple[int, ...], kernel_shape: Any, strides: Any
 
   Raises:
     TypeError: a shape argument is traced or not a sequence of integers.
-    ValueError: wrong lengths; kernel_shape, strides or dilations below 1; negative pads, pads
+    ValueError: wrong lengths; kernel_shape, strides or dilations below 1 (or a kernel_shape
+      over 2**24); negative pads, pads
       at least the kernel, pads with auto_pad; an unknown auto_pad; no window (one larger
       than the padded input, unless ceil_mode keeps it); ``x`` with fewer axes than the
       kernel.
@@ -144,6 +150,9 @@ def window_plan(op: str, shape: tuple[int, ...], kernel_shape: Any, strides: Any
     raise value_error(op, "kernel_shape", kernel_shape, "a non-empty sequence of integers")
   if any(k < 1 for k in kernel):
     raise value_error(op, "kernel_shape", kernel_shape, "integers >= 1")
+  if any(k > _MAX_KERNEL for k in kernel):  # the plans hold a row per tap of a window
+    raise value_error(op, "kernel_shape", kernel_shape, f"integers <= {_MAX_KERNEL} (windows of "
+                      f"at most 2**24 taps per axis)")
   if len(shape) < nd:
     raise ValueError(f"{op}: argument `x` must have at least {nd} axes for a {nd}-D "
                      f"kernel_shape {kernel}; got shape {shape}")

@@ -371,3 +371,10 @@ def test_flags_must_be_bools(arg, value):
   # padded average silently
   with pytest.raises(TypeError, match=rf"jaxops.average_pool: argument `{arg}` must be a bool"):
     jaxops.average_pool(np.arange(10.0).reshape(1, 1, 10), (3,), pads=(1, 1), **{arg: value})
+
+
+@pytest.mark.parametrize("fn", [jaxops.average_pool, jaxops.max_pool, jaxops.lp_pool])
+def test_a_kernel_too_long_to_plan_is_an_error(fn):
+  # auto_pad SAME pads any input to hold any kernel; 2**40 taps used to ask NumPy for 8 TiB
+  with pytest.raises(ValueError, match=r"argument `kernel_shape` must be integers <= 16777216"):
+    fn(np.zeros((1, 1, 8), np.float32), (2**40,), auto_pad="SAME_UPPER")
