@@ -231,19 +231,25 @@ def _narrowed_on_host(x: np.ndarray, dst: np.dtype) -> np.ndarray:
   to ``dst`` as its 64-bit values would. JAX itself would narrow it first (float64 rounded to
   float32, then rounded again by the cast; int64 wrapped to int32: 2**40 + 5 became 5): here
   floats for float targets are rounded to odd in float32 (the cast's one rounding then gives
-  the right result), values for integer targets are rounded as the cast would round them
-  (exact in float32 where the target can hold them), and an integer input keeps its low bits
-  for an integer target (what the cast keeps anyway)."""
+  the right result), floats for integer targets are converted here as XLA converts them
+  (toward zero, saturating, NaN as 0; for the narrow types the low bits of the rounded value),
+  and an integer input keeps its low bits for an integer target (what the cast keeps anyway)."""
   if dst == np.dtype(bool):
     return x != 0
   if not _is_float(dst):
-    if x.dtype.kind == "f":
-      x = np.round(x) if dst in _NARROW_INT else np.trunc(x)  # before float32 moves them
-      return x.astype(np.float32)
-    return x
+    if x.dtype.kind != "f":
+      return x
+    if dst in _NARROW_INT:  # round half to even, then the low bits (exact in float64)
+      return np.fmod(np.round(x), float(1 << _NARROW_INT[dst][0])).astype(np.float32)
+    # XLA's conversion: toward zero, saturating, NaN as 0; done here, where float32 would
+    # first round 16777217.0 to 16777216
+    out = _canonical(dst)
+    info = np.iinfo(out)
+    r = np.clip(np.nan_to_num(np.trunc(x), nan=0.0), float(info.min), float(info.max))
+    return r.astype(out)  # (64-bit types are off: out has at most 32 bits, exact in float64)
   with np.errstate(over="ignore", invalid="ignore"):
     f = x.astype(np.float32)
-    if dst == _F32:
+    if _canonical(dst) == _F32:
       return f
     if x.dtype.kind == "f":
       back = f.astype(np.float64)
@@ -262,7 +268,11 @@ def _narrowed_on_host(x: np.ndarray, dst: np.dtype) -> np.ndarray:
 
 @functools.cache
 def _xla_holds(dtype: np.dtype) -> bool:
-  """Whether the installed XLA can hold and convert ``dtype`` (the float6 types: not yet)."""
+  """Whether the installed XLA can hold and convert ``dtype`` (the float6 types: not yet).
+  NumPy's own types it holds (64-bit ones narrowed without x64): only ml_dtypes' are probed,
+  so that the cached answer cannot depend on the 64-bit setting of the first call."""
+  if np.dtype(dtype).kind != "V":
+    return True
   try:
     with jax.ensure_compile_time_eval():
       lax.convert_element_type(jnp.zeros((1,), jnp.float32), dtype).block_until_ready()
@@ -287,7 +297,7 @@ def _check_dtype(op: str, arg: str, dtype: Any) -> None:
   if dtype.kind == "c":
     raise TypeError(f"{op}: argument `{arg}` has complex dtype {dtype}; ONNX Cast has no "
                     f"complex types")
-  if dtype.kind == "V" and not _xla_holds(dtype):  # NumPy's own types: XLA holds them all
+  if not _xla_holds(dtype):
     raise TypeError(f"{op}: argument `{arg}`: {elem.name} ({dtype}) is an ONNX type that the "
                     f"installed JAX/XLA cannot convert (jax {jax.__version__}); cast through "
                     f"float32 with NumPy/ml_dtypes on the host instead")
@@ -297,6 +307,11 @@ def _check_dtype(op: str, arg: str, dtype: Any) -> None:
 def _wide_float() -> np.dtype:
   """float64 when 64-bit types are on (jax_enable_x64), else float32."""
   return np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+
+
+def _canonical(dtype: np.dtype) -> np.dtype:
+  """``dtype`` as JAX holds it (float64 is float32, int64 int32, without 64-bit types)."""
+  return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
 def _wide_int() -> np.dtype:
@@ -335,7 +350,7 @@ def _convert(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
     if not _is_float(dst):
       return _int_to_int(x, dst)
     wide = _wide_float()
-    if dst == wide or 8 * src.itemsize <= np.finfo(wide).nmant + 1:
+    if _canonical(dst) == wide or 8 * src.itemsize <= np.finfo(wide).nmant + 1:
       x = lax.convert_element_type(x, wide)  # exact, or the one rounding there is
     else:
       x = _round_to_odd(x, wide)

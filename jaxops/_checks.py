@@ -304,12 +304,13 @@ def check_output_size(op: str, shape: Sequence[int], dtype: Any) -> None:
   nbytes = count * np.dtype(dtype).itemsize
   # XLA multiplies the dims (and the element size) in int64 even when one dim is 0, and aborts
   # the process where that overflows: [2**40, 2**40, 0] must be an error, not an abort.
-  extent = math.prod(int(d) for d in shape if d) * np.dtype(dtype).itemsize
+  held = np.dtype(jax.dtypes.canonicalize_dtype(dtype)).itemsize  # float64 is float32 without x64
+  extent = math.prod(int(d) for d in shape if d) * held
   if count == 0 and extent > np.iinfo(np.int64).max:  # (a non-empty one fails the next check)
     raise ValueError(
         f"{op}: the output shape {tuple(int(d) for d in shape)} has dims whose product times "
-        f"the {np.dtype(dtype).itemsize}-byte element ({extent}) exceeds 2**63 - 1, which XLA "
-        f"cannot represent even when another dim is 0")
+        f"the {held}-byte element ({extent}) exceeds 2**63 - 1, which XLA cannot represent "
+        f"even when another dim is 0")
   limit = memory_limit()
   if nbytes > limit:
     raise ValueError(

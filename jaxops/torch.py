@@ -1099,7 +1099,8 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
   if np.isinf(p):  # torch: the largest |x| of each window (+inf), or the smallest (-inf)
     mx = {1: max_pool1d, 2: max_pool2d, 3: max_pool3d}[nd]
     sign = 1 if p > 0 else -1
-    return sign * mx(sign * jnp.abs(x), kernel_size, stride, 0, 1, ceil_mode)
+    a = x * jnp.sign(x)  # |x| with torch's derivative sign(x): 0 at 0 (jnp.abs gives 1)
+    return sign * mx(sign * a, kernel_size, stride, 0, 1, ceil_mode)
   avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
   a = avg(_pow_scalar(x, p), kernel_size, stride, 0, ceil_mode)
   return _pow_scalar(jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k), 1.0 / p)

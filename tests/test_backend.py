@@ -244,6 +244,10 @@ def test_fed_inputs_are_checked_against_their_declaration():
   model = _model([node], [_vi("x", TensorProto.FLOAT, [1, 1, 4, 4])],
                  [_vi("y", TensorProto.FLOAT, [1, 1, 3, 3])], opset=19)
   sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  # Python lists and numbers have no dtype of their own: they take the declared one
+  listed = np.arange(16.0).reshape(1, 1, 4, 4).tolist()
+  (y,) = Backend.run_model(model, [listed])
+  assert y.dtype == np.float32 and y.shape == (1, 1, 3, 3)
   for bad, exc in ((np.zeros((1, 1, 4, 4)), TypeError), (np.zeros((1, 1, 6, 6), np.float32),
                                                          ValueError)):
     with pytest.raises(Exception, match="INVALID_ARGUMENT|Unexpected input data type"):

@@ -712,6 +712,19 @@ def test_64_bit_numpy_inputs_without_64_bit_types():
                 np.array([3, -1], np.int8))  # the low bits, as ONNX keeps them
     assert_same(jaxops.cast(np.array([2.9999999999, -2.9999999999]), "INT32"),
                 np.array([2, -2], np.int32))  # truncated, not rounded to 3 by float32 first
+    assert_same(jaxops.cast(np.array([16777217.0, -16777217.9, 1e10, np.nan]), "INT32"),
+                np.array([16777217, -16777217, 2 ** 31 - 1, 0], np.int32))  # as XLA converts
+    assert_same(jaxops.cast(np.array([2.0 ** 40 + 5, -(2.0 ** 40) - 3]), "INT4"),
+                np.array([5, -3], ml_dtypes.int4))  # the low bits of the 64-bit value
+    # DOUBLE is float32 here (JAX warns so): the one rounding is to float32, to nearest
+    with pytest.warns(UserWarning, match="float64"):
+      assert_same(jaxops.cast(np.array([16777217, -16777217], np.int32), "DOUBLE"),
+                  np.array([16777216, -16777216], np.float32))
+    with pytest.warns(UserWarning, match="float64"):
+      assert_same(jaxops.cast(np.array([1 + 2 ** -23 + 2 ** -24]), "DOUBLE"),
+                  np.array([1 + 2 ** -22], np.float32))
+    assert jaxops.constant_of_shape(np.array([2 ** 60, 0]),
+                                    np.array([0.0])).shape == (2 ** 60, 0)  # a float32 output
 
 
 @pytest.mark.parametrize("x64", [True, False])

@@ -186,6 +186,7 @@ class BackendRep(_BaseRep):
                          f"{self.input_names}"
                          + (f" (and may replace the initializers {self._overridable})"
                             if self._overridable else ""))
+      raw = dict(inputs)
       values = {n: _as_input(n, v) for n, v in inputs.items()}
     else:
       if not isinstance(inputs, (list, tuple)):
@@ -193,11 +194,17 @@ class BackendRep(_BaseRep):
       if len(inputs) > len(self.input_names):
         raise ValueError(f"jaxops.onnx: the graph takes {len(self.input_names)} inputs "
                          f"{self.input_names}; got {len(inputs)}")
+      raw = dict(zip(self.input_names, inputs))
       values = {n: _as_input(n, v) for n, v in zip(self.input_names, inputs)}
     absent = [n for n in self.input_names if n not in values]
     if absent:
       raise ValueError(f"jaxops.onnx: missing inputs {absent}")
     for n, v in values.items():
+      if not hasattr(raw.get(n), "dtype") and n in self._declared:
+        # a Python list or number has no dtype of its own: it takes the declared one
+        want = _dtypes.BY_ENUM.get(self._declared[n].elem_type)
+        if want is not None and want.dtype is not None and v.dtype != object:
+          values[n] = v = np.asarray(v, dtype=want.dtype)
       self._check_declared(n, v)
     host = self._host or any(getattr(v, "dtype", None) == object for v in values.values())
     with jax.enable_x64(True), jax.default_device(self.device):
