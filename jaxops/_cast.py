@@ -213,16 +213,15 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
                              "no complex types)")
   if target.name == "STRING" or _cast_string.is_string_array(x):
     return _host_cast(op, x, target, saturate, mode, fnuz_inf_to_nan, target_arg)
+  _check_dtype(op, target_arg, target.dtype)
   if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
     if hasattr(x, "dtype"):
       _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
-    _check_dtype(op, target_arg, target.dtype)
     if isinstance(x, np.ndarray) and x.dtype.itemsize == 8 and x.dtype.kind in "iuf" and \
         _wide_float() != _F64:
       x = _narrowed_on_host(x, np.dtype(target.dtype))
     x = _checks.as_array(x, op, "x")
   _check_dtype(op, "x", x.dtype)
-  _check_dtype(op, target_arg, target.dtype)
   return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)
 
 
@@ -248,22 +247,9 @@ def _narrowed_on_host(x: np.ndarray, dst: np.dtype) -> np.ndarray:
     r = np.clip(np.nan_to_num(np.trunc(x), nan=0.0), float(info.min), float(info.max))
     return r.astype(out)  # (64-bit types are off: out has at most 32 bits, exact in float64)
   with np.errstate(over="ignore", invalid="ignore"):
-    f = x.astype(np.float32)
     if _canonical(dst) == _F32:
-      return f
-    if x.dtype.kind == "f":
-      back = f.astype(np.float64)
-      inexact = ~(back == x) & ~np.isnan(x)
-      away = np.abs(back) > np.abs(x)
-    else:
-      info = np.iinfo(x.dtype)
-      big = f >= np.float32(2.0 ** (64 if info.min == 0 else 63))
-      back = np.where(big, info.max, np.where(big, 0, f).astype(x.dtype))
-      inexact = big | (back != x)
-      away = big | np.where(x >= 0, back > x, back < x)
-    t = np.where(away, np.nextafter(f, np.float32(0)), f).astype(np.float32)
-    bits = t.view(np.uint32)
-    return np.where(inexact, bits | np.uint32(1), bits).view(np.float32)
+      return x.astype(np.float32)
+    return _round_to_odd(np, x, _F32)
 
 
 @functools.cache
@@ -306,7 +292,7 @@ def _check_dtype(op: str, arg: str, dtype: Any) -> None:
 
 def _wide_float() -> np.dtype:
   """float64 when 64-bit types are on (jax_enable_x64), else float32."""
-  return np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+  return _canonical(_F64)
 
 
 def _canonical(dtype: np.dtype) -> np.dtype:
@@ -315,7 +301,7 @@ def _canonical(dtype: np.dtype) -> np.dtype:
 
 
 def _wide_int() -> np.dtype:
-  return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+  return _canonical(np.dtype(np.int64))
 
 
 def _is_float(dtype: np.dtype) -> bool:
@@ -353,29 +339,40 @@ def _convert(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
     if _canonical(dst) == wide or 8 * src.itemsize <= np.finfo(wide).nmant + 1:
       x = lax.convert_element_type(x, wide)  # exact, or the one rounding there is
     else:
-      x = _round_to_odd(x, wide)
+      x = _round_to_odd(jnp, x, wide)
     return _float_to_float(x, dst, saturate, mode, fnuz_inf_to_nan)
   if not _is_float(dst):
     return _float_to_int(x, dst)
   return _float_cast(x, dst.name, saturate, mode.value, fnuz_inf_to_nan)
 
 
-def _round_to_odd(x: jax.Array, wide: np.dtype) -> jax.Array:
-  """Integer ``x`` as the float ``wide`` rounded to odd: toward zero, with the last mantissa bit
-  set where that dropped bits. A second rounding to a float type with at least two fewer
-  mantissa bits (bfloat16, float16, float8, e8m0 in any round mode) then rounds as ``x`` itself
-  would: int32 33685505 -> bfloat16 is 33816576, where rounding through float32 gives 33554432."""
-  f = lax.convert_element_type(x, wide)
-  info = np.iinfo(x.dtype)
-  big = f >= wide.type(2.0 ** (8 * x.dtype.itemsize - (1 if info.min < 0 else 0)))  # past max
-  back = jnp.where(big, x.dtype.type(info.max),
-                   lax.convert_element_type(jnp.where(big, wide.type(0), f), x.dtype))
-  inexact = big | (back != x)
-  away = big | jnp.where(x >= 0, back > x, back < x)  # |f| > |x|
-  t = jnp.where(away, jnp.nextafter(f, jnp.zeros((), wide)), f)
-  ui = np.uint64 if wide.itemsize == 8 else np.uint32
-  bits = lax.bitcast_convert_type(t, ui)
-  return lax.bitcast_convert_type(jnp.where(inexact, bits | ui(1), bits), wide)
+def _round_to_odd(xp: Any, x: Any, wide: np.dtype) -> Any:
+  """``x`` (integers, or floats wider than ``wide``) as the float ``wide`` rounded to odd: toward
+  zero, with the last mantissa bit set where that dropped bits. A second rounding to a float
+  type with at least two fewer mantissa bits (bfloat16, float16, float8, e8m0 in any round
+  mode) then rounds as ``x`` itself would: int32 33685505 -> bfloat16 is 33816576, where
+  rounding through float32 gives 33554432. ``xp`` is ``jnp`` (on device) or ``np`` (on the
+  host, for 64-bit NumPy inputs that JAX cannot hold)."""
+  if xp is np:
+    convert, bitcast = (lambda a, t: a.astype(t)), (lambda a, t: a.view(t))
+  else:
+    convert, bitcast = lax.convert_element_type, lax.bitcast_convert_type
+  f = convert(x, wide)
+  if np.dtype(x.dtype).kind == "f":
+    back = convert(f, x.dtype)
+    inexact = ~(back == x) & ~xp.isnan(x)
+    away = xp.abs(back) > xp.abs(x)
+  else:
+    info = np.iinfo(x.dtype)
+    big = f >= wide.type(2.0 ** (8 * x.dtype.itemsize - (1 if info.min < 0 else 0)))  # past max
+    back = xp.where(big, x.dtype.type(info.max),
+                    convert(xp.where(big, wide.type(0), f), x.dtype))
+    inexact = big | (back != x)
+    away = big | xp.where(x >= 0, back > x, back < x)  # |f| > |x|
+  t = xp.where(away, xp.nextafter(f, xp.zeros((), wide)), f).astype(wide)
+  ui = np.dtype(np.uint64 if wide.itemsize == 8 else np.uint32)
+  bits = bitcast(t, ui)
+  return bitcast(xp.where(inexact, bits | ui.type(1), bits), wide)
 
 
 def _int_to_int(x: jax.Array, dst: np.dtype) -> jax.Array:

@@ -186,25 +186,18 @@ class BackendRep(_BaseRep):
                          f"{self.input_names}"
                          + (f" (and may replace the initializers {self._overridable})"
                             if self._overridable else ""))
-      raw = dict(inputs)
-      values = {n: _as_input(n, v) for n, v in inputs.items()}
+      values = {n: self._fed(n, v) for n, v in inputs.items()}
     else:
       if not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
       if len(inputs) > len(self.input_names):
         raise ValueError(f"jaxops.onnx: the graph takes {len(self.input_names)} inputs "
                          f"{self.input_names}; got {len(inputs)}")
-      raw = dict(zip(self.input_names, inputs))
-      values = {n: _as_input(n, v) for n, v in zip(self.input_names, inputs)}
+      values = {n: self._fed(n, v) for n, v in zip(self.input_names, inputs)}
     absent = [n for n in self.input_names if n not in values]
     if absent:
       raise ValueError(f"jaxops.onnx: missing inputs {absent}")
     for n, v in values.items():
-      if not hasattr(raw.get(n), "dtype") and n in self._declared:
-        # a Python list or number has no dtype of its own: it takes the declared one
-        want = _dtypes.BY_ENUM.get(self._declared[n].elem_type)
-        if want is not None and want.dtype is not None and v.dtype != object:
-          values[n] = v = np.asarray(v, dtype=want.dtype)
       self._check_declared(n, v)
     host = self._host or any(getattr(v, "dtype", None) == object for v in values.values())
     with jax.enable_x64(True), jax.default_device(self.device):
@@ -214,6 +207,16 @@ class BackendRep(_BaseRep):
       else:
         outs = self._compiled(values)
     return tuple(np.asarray(o) for o in outs)
+
+  def _fed(self, name: str, value: Any) -> Any:
+    """A fed value as an array; a Python list or number (no dtype of its own) takes the graph
+    input's declared element type."""
+    arr = _as_input(name, value)
+    t = self._declared.get(name)
+    want = None if t is None or hasattr(value, "dtype") else _dtypes.BY_ENUM.get(t.elem_type)
+    if want is not None and want.dtype is not None and arr.dtype != object:
+      arr = np.asarray(arr, dtype=want.dtype)
+    return arr
 
   def _check_declared(self, name: str, value: Any) -> None:
     """The fed ``value`` against the graph input's declared element type and fixed dims, as
