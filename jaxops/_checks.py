@@ -134,6 +134,21 @@ def as_array(x: Any, op: str = "jaxops", arg: str = "x") -> jax.Array:
     raise type_error(op, arg, x, f"an array of numbers or bools ({e})") from None
 
 
+def index_array(x: Any, op: str, arg: str) -> jax.Array:
+  """Integer indices as a JAX array, as :func:`as_array`; but a 64-bit NumPy integer input, with
+  JAX's 64-bit types off, is first clipped on the host to int32's bounds. JAX would wrap it to
+  int32 (2**32 + 5 became the valid index 5); clipped, it stays out of range, as it was, for
+  the caller's range rule (dropped, or refused)."""
+  if isinstance(x, np.generic):
+    x = np.asarray(x)
+  if isinstance(x, np.ndarray) and x.dtype.kind in "iu" and x.dtype.itemsize == 8 and \
+      not jax.config.read("jax_enable_x64"):
+    info = np.iinfo(np.int32)
+    lo = info.min if x.dtype.kind == "i" else 0
+    x = np.clip(x, lo, info.max).astype(np.int32)
+  return as_array(x, op, arg)
+
+
 def floating_input(op: str, x: Any, allowed: Sequence[np.dtype], *, arg: str = "x") -> jax.Array:
   """``x`` (the argument ``arg``) as a JAX array whose dtype is one of ``allowed``, else a
   TypeError naming them."""

@@ -43,7 +43,7 @@ import numpy as np
 from jax import lax
 
 from jaxops._checks import (ConfigCache, as_array, cache_key, concrete, floating_input,
-                            global_pool_input, int_tuple, static_bool, value_error)
+                            global_pool_input, index_array, int_tuple, static_bool, value_error)
 from jaxops._window import WindowAxis, window_plan
 
 _FLOATS = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
@@ -645,7 +645,7 @@ def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
   """
   op = "jaxops.max_unpool"
   x = floating_input(op, x, _FLOATS)
-  indices = as_array(indices)
+  indices = index_array(indices, op, "indices")
   if not jnp.issubdtype(indices.dtype, jnp.integer):
     raise TypeError(f"{op}: argument `indices` must have an integer dtype; got dtype "
                     f"{indices.dtype}")

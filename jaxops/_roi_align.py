@@ -163,7 +163,7 @@ def _config(mode: Any, output_height: Any, output_width: Any, sampling_ratio: An
 def _roi_align_checked(x: Any, rois: Any, batch_indices: Any, cfg: _Config) -> jax.Array:
   x = _checks.floating_input(_OP, x, _FLOATS)
   rois = _checks.as_array(rois)
-  batch_indices = _checks.as_array(batch_indices)
+  batch_indices = _checks.index_array(batch_indices, _OP, "batch_indices")
   if x.ndim != 4:
     raise _checks.value_error(_OP, "x", f"shape {x.shape}", "of rank 4: (N, C, H, W)")
   if rois.dtype not in _FLOATS:
@@ -276,7 +276,9 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
   if rois.shape[0] == 0:  # no boxes: the sample tables' reshapes cannot infer their length
     return jnp.zeros((0, c, cfg.out_h, cfg.out_w), x.dtype)
   cdt = jnp.promote_types(_checks.compute_dtype(x.dtype), _checks.compute_dtype(rois.dtype))
-  b = jnp.clip(batch_indices.astype(jnp.int32), 0, n - 1)
+  # clipped in their own type (through int32 first, 2**32 would have wrapped to image 0)
+  b = jnp.clip(batch_indices, 0, min(n - 1, int(jnp.iinfo(batch_indices.dtype).max)))
+  b = b.astype(jnp.int32)
   xt = x.astype(cdt).reshape(n, c, h * w_len).transpose(0, 2, 1)        # (N, HW, C)
   if cfg.mode is Mode.AVG:
     out = _avg(xt, rois, b, cfg, h, w_len, cdt)                            # (R, P, Q, C)

@@ -1621,7 +1621,7 @@ def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, ker
                    stride: Any, padding: Any, output_size: Any) -> jax.Array:
   op = _op(name)
   x = _float_input(name, input)
-  i = _checks.as_array(indices, op, "indices")
+  i = _checks.index_array(indices, op, "indices")
   if not jnp.issubdtype(i.dtype, jnp.integer):
     raise TypeError(f"{op}: argument `indices` must have an integer dtype (torch's int64); "
                     f"got dtype {i.dtype}")
@@ -1631,7 +1631,8 @@ def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, ker
   # a concrete array closed over by the caller's jit still gives a traced check there
   bad_index = None if _checks.is_traced(i) or not math.prod(cfg.out) else _bad_index(i, plane)
   if bad_index is not None and not _checks.is_traced(bad_index) and bool(bad_index):
-    flat = np.asarray(i).reshape(-1)
+    # the caller's values (a 64-bit NumPy array without x64 was clipped to int32 for JAX)
+    flat = np.asarray(indices if isinstance(indices, (np.ndarray, np.generic)) else i).reshape(-1)
     bad = int(flat[(flat < 0) | (flat >= plane)][0])
     raise ValueError(f"{op}: argument `indices` must hold indices in [0, {plane}), the size "
                      f"of an output plane {cfg.out[len(cfg.out) - nd:]}; got {bad} (torch: "

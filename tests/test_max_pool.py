@@ -210,6 +210,22 @@ def test_max_unpool_window_indices_and_any_other_indices(kernel, strides, pads):
     check_grads(lambda v, i=ind: f(v, i), (y,), order=1, modes=("rev",))
 
 
+def test_max_unpool_64_bit_numpy_indices_without_64_bit_types():
+  """With JAX's 64-bit types off, int64 NumPy indices past int32 wrapped when JAX took them:
+  2**32 + 5 wrote at position 5. They lie outside the output and are dropped (the spec's loop)."""
+  rng = np.random.default_rng(3)
+  y = rng.standard_normal((2, 1, 2, 2)).astype(np.float32)
+  idx = np.array([0, 5, 10, 15], np.int64).reshape(1, 1, 2, 2) + np.array([0, 16]).reshape(
+      2, 1, 1, 1)
+  for bad in (2 ** 32 + 5, -(2 ** 32) + 5):
+    ind = idx.copy()
+    ind[0, 0, 0, 0] = bad
+    for dtype in (np.int64, np.uint64) if bad > 0 else (np.int64,):
+      with jax.enable_x64(False):
+        got = jaxops.max_unpool(y, ind.astype(dtype), (2, 2), strides=(2, 2))
+      np.testing.assert_array_equal(np.asarray(got), _unpool_loop(y, ind, (2, 1, 4, 4)))
+
+
 @pytest.mark.parametrize("kernel, strides", [((3, 3), (2, 2)), ((2, 2), (2, 2))])
 def test_max_unpool_scatter_keeps_the_sign_of_zero(kernel, strides):
   """The scatter path (overlapping windows, or indices outside their windows) takes each

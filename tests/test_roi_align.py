@@ -188,6 +188,24 @@ def test_dtypes_follow_x(dtype):
   np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=tol, atol=tol * 10)
 
 
+def test_deviation_batch_indices_outside_the_batch_are_clipped():
+  """DEVIATIONS RoiAlign 3: indices outside [0, N) are clipped into range (onnxruntime raises;
+  under jit they may be traced). An int64 NumPy index past int32 with JAX's 64-bit types off is
+  clipped as its own value (JAX would have wrapped 2**32 + 0 to image 0)."""
+  x = np.stack([X, X + 100.0]).reshape(2, 1, *X.shape[-2:])
+  rois = np.array([[0.3, 0.2, 3.1, 2.9]] * 3)
+  node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=2, output_width=2,
+                          sampling_ratio=2)
+  ref = ReferenceEvaluator(node)
+  want = ref.run(None, {"x": x, "r": rois, "b": np.array([0, 1, 1], np.int64)})[0]
+  for x64 in (True, False):
+    with jax.enable_x64(x64):
+      got = jaxops.roi_align(x.astype(np.float32), rois.astype(np.float32),
+                             np.array([-3, 7, 2 ** 32], np.int64), output_height=2,
+                             output_width=2, sampling_ratio=2)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+
+
 # --- the ONNX adapters ----------------------------------------------------------------------
 
 

@@ -303,6 +303,19 @@ def test_max_unpool_out_of_range_indices():
   np.testing.assert_array_equal(got, want)
 
 
+def test_max_unpool_64_bit_numpy_indices_without_64_bit_types():
+  """With JAX's 64-bit types off, an int64 NumPy index past int32 wrapped into the plane (2**32
+  + 3 became 3) and passed the range check; torch raises for it, and so does jaxops, naming the
+  value received."""
+  x = np.array([[[1.0, 2.0, 3.0, 4.0]]])
+  i = np.array([[[0, 2 ** 32 + 3, 5, 7]]], np.int64)
+  with pytest.raises(RuntimeError, match="invalid max index"):
+    TF.max_unpool1d(torch.tensor(x), torch.tensor(i), 2)
+  with jax.enable_x64(False):
+    with pytest.raises(ValueError, match=r"max_unpool1d: argument `indices`.*got 4294967299"):
+      F.max_unpool1d(x.astype(np.float32), i, 2)
+
+
 def test_max_unpool_indices_closed_over_by_jit():
   """Indices that are a concrete array closed over by the caller's jit (not an argument of it):
   the range check runs traced there, so it cannot raise, and the call works (it raised
