@@ -548,8 +548,11 @@ def _resize_jit(x: jax.Array, roi: jax.Array | None, cfg: _Config) -> jax.Array:
     for p in cfg.plans:
       y = _traced_pass(y, p, cfg, roi)
   if not nearest and jnp.issubdtype(in_dtype, jnp.integer):
+    # bounds in y's float type (Python ints past the default integer type fail to trace: uint32
+    # without x64, uint64 with it); the conversion saturates what rounds past the largest value
     info = jnp.iinfo(in_dtype)
-    y = jnp.clip(_round_half_even(y), info.min, info.max)
+    lo, hi = (np.asarray(b, y.dtype) for b in (info.min, info.max))
+    y = jnp.clip(_round_half_even(y), lo, hi)
   return y.astype(in_dtype)
 
 

@@ -723,6 +723,13 @@ def test_64_bit_numpy_inputs_without_64_bit_types():
     with pytest.warns(UserWarning, match="float64"):
       assert_same(jaxops.cast(np.array([1 + 2 ** -23 + 2 ** -24]), "DOUBLE"),
                   np.array([1 + 2 ** -22], np.float32))
+    # NumPy scalars as 0-d arrays (JAX took them as 32-bit: np.int64(2**40 + 5) cast as 5)
+    assert_same(jaxops.cast(np.int64(2 ** 40 + 5), "FLOAT"), np.float32(2 ** 40 + 5))
+    assert_same(jaxops.cast(np.float64(16777217.0), "INT32"), np.int32(16777217))
+    assert_same(jaxops.cast(np.float64(1 + 2 ** -8 + 2 ** -40), ml_dtypes.bfloat16),
+                np.array(1 + 2 ** -7, ml_dtypes.bfloat16))
+    assert_same(jaxops.cast_like(np.float64(16777217.0), np.zeros(1, np.int32)),
+                np.int32(16777217))
     assert jaxops.constant_of_shape(np.array([2 ** 60, 0]),
                                     np.array([0.0])).shape == (2 ** 60, 0)  # a float32 output
 

@@ -177,6 +177,20 @@ def test_integers_saturate():
   assert got.max() == 255 and got.min() == 0
 
 
+@pytest.mark.parametrize("dtype,x64", [(np.uint32, False), (np.int32, False),
+                                       (np.uint64, True), (np.int64, True)])
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_wide_integers_saturate_without_overflowing_the_bounds(dtype, x64, mode):
+  # The saturation bounds were Python ints: uint32 without 64-bit types (and uint64 with them)
+  # failed to trace ("An overflow was encountered"). Small values: float32 holds the weighted sums.
+  x = np.array([[0, 3, 1000, 4095, 7, 0, 250]], dtype)
+  with jax.enable_x64(x64):
+    got = _r(x, sizes=[1, 16], mode=mode)  # no source coordinate is an integer (Resize 4)
+  want = _reference({"mode": mode}, x, sizes=np.array([1, 16], np.int64))
+  np.testing.assert_array_equal(got, want)
+  assert got.dtype == x.dtype
+
+
 @pytest.mark.parametrize("dtype", [np.bool_, np.complex64, np.int32])
 def test_nearest_copies_any_dtype_exactly(dtype):
   x = (np.arange(6).reshape(2, 3) % 2).astype(dtype)
