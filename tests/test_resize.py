@@ -191,6 +191,20 @@ def test_wide_integers_saturate_without_overflowing_the_bounds(dtype, x64, mode)
   assert got.dtype == x.dtype
 
 
+def test_wide_integers_without_64_bit_types_compute_in_float32():
+  """DEVIATIONS, Resize precision note: int32 linear with 64-bit types on is the reference's
+  result; without them it is computed in float32, within float32's rounding of the inputs."""
+  x = np.array([100000001, 100000003, 2000000001, 7], np.int32)
+  kw = {"mode": "linear", "coordinate_transformation_mode": "align_corners"}
+  want = _reference(kw, x, sizes=np.array([8], np.int64))
+  assert want[:3].tolist() == [100000001, 100000002, 100000003]
+  np.testing.assert_array_equal(_r(x, sizes=[8], **kw), want)
+  with jax.enable_x64(False):
+    got = _r(x, sizes=[8], **kw)
+  assert got.dtype == np.int32 and got[:3].tolist() == [100000000] * 3
+  np.testing.assert_allclose(got, want, rtol=0, atol=2e9 * 2.0 ** -22)
+
+
 @pytest.mark.parametrize("dtype", [np.bool_, np.complex64, np.int32])
 def test_nearest_copies_any_dtype_exactly(dtype):
   x = (np.arange(6).reshape(2, 3) % 2).astype(dtype)
