@@ -472,6 +472,9 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
   elif any(n <= 0 for n in spatial) or any(o <= 0 for o in out):
     raise ValueError(f"{op}: Input and output sizes should be greater than 0, but got input "
                      f"{tuple(spatial)} output {tuple(out)}")
+  elif shape[1] == 0:  # ATen's upsampling kernels take an empty batch, not empty channels
+    raise ValueError(f"{op}: Non-empty {rank}D data tensor expected but got a tensor with "
+                     f"sizes {list(shape)}")
   uint8_ok = mode in ("bilinear", "bicubic", "lanczos") and np.dtype(dtype) == np.uint8
   if mode != "nearest" and mode != "nearest-exact" and not (
       jnp.issubdtype(dtype, jnp.floating) or uint8_ok):
@@ -606,7 +609,10 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
   if len(shape) not in (nd + 1, nd + 2):
     raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D tensor, but got input of shape "
                      f"{tuple(shape)}")
-  for d in shape[1:] if len(shape) == nd + 2 else shape:
+  # torch's checks: adaptive_avg_pool1d/2d need non-empty spatial axes (channels may be empty),
+  # adaptive_avg_pool3d and the max pools every axis after the first, batched or not
+  rest = shape[len(shape) - nd:] if "avg" in name and nd < 3 else shape[1:]
+  for d in rest:
     if d == 0:
       raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
                        f"but input has shape {tuple(shape)}")

@@ -309,6 +309,46 @@ def test_area_on_an_empty_axis_raises_as_torch():
     F.interpolate(x, size=(3, 3), mode="area")
 
 
+def _shape_or_refusal(fn):
+  try:
+    y = fn()
+  except (RuntimeError, ValueError):  # torch's RuntimeError is jaxops' ValueError
+    return "refused"
+  return tuple((y[0] if isinstance(y, tuple) else y).shape)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_empty_axes_accepted_and_refused_as_torch(nd):
+  """Which empty axes torch 2.13 takes differs by function: adaptive_avg_pool1d/2d (and area)
+  take empty channels, adaptive_avg_pool3d and adaptive_max_pool only an empty batch (or
+  unbatched, empty channels), interpolate's other modes only an empty batch. jaxops refused
+  empty channels everywhere and took them in interpolate's other modes. Values of empty
+  results are empty; the gradient of an empty result is zeros of the input's shape."""
+  shapes = [(2, 0) + (6,) * nd, (0,) + (6,) * nd, (0, 3) + (6,) * nd, (0, 0) + (6,) * nd,
+            (2, 3, 0) + (6,) * (nd - 1), (3, 0) + (6,) * (nd - 1)]
+  calls = [(f"adaptive_avg_pool{nd}d", {}), (f"adaptive_max_pool{nd}d", {}),
+           (f"adaptive_max_pool{nd}d", {"return_indices": True})]
+  for shape in shapes:
+    for name, kw in calls:
+      want = _shape_or_refusal(lambda: getattr(TF, name)(torch.zeros(shape), 2, **kw))
+      got = _shape_or_refusal(lambda: getattr(F, name)(np.zeros(shape), 2, **kw))
+      assert got == want, (name, shape, got, want)
+      if want != "refused" and "avg" in name:
+        g = jax.grad(lambda v: jnp.sum(getattr(F, name)(v, 2)))(jnp.zeros(shape))
+        np.testing.assert_array_equal(g, np.zeros(shape))
+    if len(shape) != nd + 2:
+      continue
+    modes = ["nearest", "nearest-exact", "area", {1: "linear", 2: "bilinear", 3: "trilinear"}[nd]]
+    for mode in modes + (["bicubic"] if nd == 2 else []):
+      size = (3,) * nd
+      want = _shape_or_refusal(lambda: TF.interpolate(torch.zeros(shape), size, mode=mode))
+      got = _shape_or_refusal(lambda: F.interpolate(np.zeros(shape), size, mode=mode))
+      assert got == want, (mode, shape, got, want)
+  assert _shape_or_refusal(lambda: F.interpolate(np.zeros((2, 0, 6, 6)), 3)) == "refused"
+  assert _shape_or_refusal(lambda: F.adaptive_avg_pool2d(np.zeros((2, 0, 6, 6)), 2)) == (
+      2, 0, 2, 2)
+
+
 @pytest.mark.parametrize("nd", [1, 2, 3])
 @pytest.mark.parametrize("norm_type", [np.inf, -np.inf])
 def test_lp_pool_infinite_norm_type_matches_torch(nd, norm_type):
