@@ -529,6 +529,37 @@ def test_deviation_max_pool_reference_unstrided_path():
     np.testing.assert_array_equal(got, row(3, 3, 4, 4, dtype=np.float32))
 
 
+def test_deviation_max_pool_auto_pad():
+  """MaxPool under auto_pad as AveragePool 2, 4 and 5: the dilated extent in SAME's pad, a SAME
+  pad never negative, ceil_mode without effect. Hand-derived windows; onnxruntime differs.
+  (a) n 6, k 2, d 3 (extent 4), s 2, SAME_UPPER: 3 windows, total pad (3 - 1) * 2 + 4 - 6 = 2,
+      1 at each end: taps (p,2) (1,4) (3,p) -> max 2, 4, 3. onnxruntime pads for the undilated
+      kernel.
+  (b) n 5, k 1, s 3, SAME_UPPER: the pad formula gives (2 - 1) * 3 + 1 - 5 = -1, so 0: windows at
+      0 and 3 -> 9, 7. (c) the same with ceil_mode=1: unchanged (the SAME length is ceil(n / s))."""
+  x = row(0, 1, 2, 3, 4, 0, dtype=np.float32)  # values at 0..5; padding never wins
+  x[0, 0, 5] = -1.0
+  cases = [
+      (dict(kernel_shape=[2], dilations=[3], strides=[2], auto_pad="SAME_UPPER"), x, row(
+          2, 4, 3, dtype=np.float32)),
+      (dict(kernel_shape=[1], strides=[3], auto_pad="SAME_UPPER"),
+       row(9, 8, 6, 7, 5, dtype=np.float32), row(9, 7, dtype=np.float32)),
+      (dict(kernel_shape=[1], strides=[3], auto_pad="SAME_UPPER", ceil_mode=1),
+       row(9, 8, 6, 7, 5, dtype=np.float32), row(9, 7, dtype=np.float32)),
+  ]
+  ort_differs = 0
+  for attrs, xi, want in cases:
+    model = _node_model("MaxPool", 22, attrs, list(xi.shape))
+    np.testing.assert_array_equal(Backend.run_model(model, [xi])[0], want)
+    try:
+      sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+      got = sess.run(None, {"x": xi})[0]
+      ort_differs += got.shape != want.shape or not np.array_equal(got, want)
+    except Exception:  # refused ("padding values must be non-negative" and the like)
+      ort_differs += 1
+  assert ort_differs == len(cases)  # (a) 2 windows [3, 2]; (b), (c) refused (negative pad)
+
+
 def test_deviation_max_pool_storage_order_3d():
   """storage_order=1 (onnx/onnx#1370, #2290): column-major over the pooled axes, the spec's
   'column major' for any rank: index h + H * (w + W * d); onnxruntime agrees."""

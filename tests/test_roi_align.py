@@ -84,6 +84,44 @@ def test_zero_size_boxes():
   np.testing.assert_allclose(np.asarray(y).ravel(), [9.5], rtol=1e-12)
 
 
+def test_deviation_non_finite_boxes():
+  """DEVIATIONS RoiAlign 4: onnxruntime refuses non-finite boxes; under jit they cannot raise. A
+  NaN or inf coordinate gives NaN bins (avg; max with a fixed sampling_ratio) or 0 (max with
+  adaptive sampling: no sample counted); the finite box beside them is onnxruntime's value."""
+  x = np.arange(16.0).reshape(1, 1, 4, 4)
+  rois = np.array([[np.nan, 0.0, 2.0, 2.0], [0.0, 0.0, np.inf, 2.0], [0.0, 0.0, 2.0, 2.0]])
+  b = np.zeros(3, np.int64)
+  for mode, sr, bad in (("avg", 0, np.nan), ("avg", 2, np.nan), ("max", 2, np.nan),
+                        ("max", 0, 0.0)):
+    with pytest.raises(Exception, match="must be finite"):
+      _oracles(x, rois, mode=mode, sampling_ratio=sr)
+    want = _oracles(x, rois[2:], mode=mode, sampling_ratio=sr)[0].ravel()
+    for got in (jaxops.roi_align(x, rois, b, mode=mode, sampling_ratio=sr),
+                jax.jit(lambda r, mode=mode, sr=sr: jaxops.roi_align(
+                    x, r, b, mode=mode, sampling_ratio=sr))(rois)):
+      got = np.asarray(got).ravel()
+      np.testing.assert_array_equal(got[:2], [bad, bad])
+      np.testing.assert_allclose(got[2:], want, rtol=1e-12)
+
+
+def test_deviation_adaptive_sampling_of_huge_float32_boxes():
+  """DEVIATIONS RoiAlign 5: a float32 box 2e7 pixels wide on a 4-pixel row. Under jit the
+  adaptive count of samples that can fall on the map is bounded (length + 3); float32 spaces
+  the samples 1-2 pixels apart, more of them round onto the map, and some are dropped: 6e-7
+  against the exact 7.5e-7 (onnxruntime's float32: 8e-7). In float64 jaxops is onnxruntime's
+  value."""
+  x = np.arange(1.0, 5.0).reshape(1, 1, 1, 4)
+  b = np.array([0])
+  rois = np.array([[-1e7, 0.0, 1e7, 1.0]])
+  want64 = _oracles(x, rois, reference=False)[0].ravel()  # (the reference loops 2e7 samples)
+  np.testing.assert_allclose(np.asarray(jaxops.roi_align(x, rois, b)).ravel(), want64,
+                             rtol=1e-12)
+  np.testing.assert_allclose(want64, [7.5e-7], rtol=1e-9)
+  got32 = float(np.asarray(jaxops.roi_align(x.astype(np.float32), rois.astype(np.float32),
+                                            b)).ravel()[0])
+  assert 0.7 * 7.5e-7 < got32 < 7.5e-7  # some samples dropped, none invented
+
+
 def test_max_sampling_ratio_caps_the_count():
   rng = np.random.default_rng(0)
   x = rng.standard_normal((1, 2, 8, 8))
@@ -103,8 +141,9 @@ def test_max_sampling_ratio_caps_the_count():
                                     sampling_ratio=1)), rtol=1e-12)
 
 
-def _oracles(x, rois, **attrs):
-  """onnxruntime (RoiAlign-16) and onnx.reference on one image's boxes."""
+def _oracles(x, rois, reference=True, **attrs):
+  """onnxruntime (RoiAlign-16) and onnx.reference (unless not ``reference``: None) on one
+  image's boxes."""
   import onnxruntime as ort
   from onnx import TensorProto
   dt = TensorProto.DOUBLE if x.dtype == np.float64 else TensorProto.FLOAT
@@ -119,7 +158,7 @@ def _oracles(x, rois, **attrs):
   feeds = {"x": x, "r": rois, "b": np.zeros(len(rois), np.int64)}
   return (ort.InferenceSession(model.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, feeds)[0],
-          ReferenceEvaluator(model).run(None, feeds)[0])
+          ReferenceEvaluator(model).run(None, feeds)[0] if reference else None)
 
 
 @pytest.mark.parametrize("case", ["count", "edge_low", "edge_high"])

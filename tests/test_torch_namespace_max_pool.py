@@ -186,3 +186,11 @@ def test_integer_dtype_deviations_are_pinned():
   with pytest.raises(NotImplementedError):
     TF.interpolate(torch.tensor(xi), size=3)
   np.testing.assert_array_equal(np.asarray(F.interpolate(xi, size=3)), [[[0, 2, 4]]])
+  # max_unpool's indices: torch takes int64 only; jaxops.torch any integer type (same result)
+  y = np.array([[[5.0, 7.0]]])
+  i64 = np.array([[[1, 2]]], np.int64)
+  with pytest.raises(RuntimeError, match="int64"):
+    TF.max_unpool1d(torch.tensor(y), torch.tensor(i64.astype(np.int32)), 2)
+  want = TF.max_unpool1d(torch.tensor(y), torch.tensor(i64), 2).numpy()
+  for dt in (np.int8, np.uint8, np.int16, np.int32, np.uint32):
+    np.testing.assert_array_equal(np.asarray(F.max_unpool1d(y, i64.astype(dt), 2)), want)

@@ -610,3 +610,33 @@ def test_signatures_are_torchs():
                                  ("sampling_ratio", -1, positional),
                                  ("aligned", False, positional)]
   assert "roi_align" in F.__all__
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_grid_sample_deviation_is_pinned(dtype):
+  """DEVIATIONS jaxops.torch 11: torch 2.13's CPU grid_sample on float16/bfloat16 computes in
+  the half type (bfloat16 nearest can read the neighbouring pixel: the coordinate itself is
+  rounded); jaxops.torch computes in float32 and rounds once. Oracle: torch's float32 result on
+  the same half values, rounded to the half type (within one unit of the half type's rounding,
+  the float32 sums being ordered differently)."""
+  import ml_dtypes
+
+  dt = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+  tdt = getattr(torch, dtype)
+  rng = np.random.default_rng(12)
+  worst_torch = 0.0
+  for shape, gshape, modes in (((2, 3, 5, 6), (2, 4, 7, 2), ("nearest", "bilinear", "bicubic")),
+                               ((2, 3, 4, 5, 6), (2, 3, 4, 5, 3), ("nearest", "bilinear"))):
+    x = (rng.standard_normal(shape) * 4).astype(dt)
+    g = rng.uniform(-1.2, 1.2, gshape).astype(dt)
+    xt, gt = torch.tensor(x.astype(np.float32)), torch.tensor(g.astype(np.float32))
+    for mode in modes:
+      for pad in ("zeros", "border", "reflection"):
+        want = TF.grid_sample(xt, gt, mode, pad, False).to(tdt).float().numpy()
+        got = F.grid_sample(jnp.asarray(x), jnp.asarray(g), mode, pad, False)
+        assert got.dtype == np.dtype(dt)
+        ulp = np.abs(want) * float(ml_dtypes.finfo(dt).eps) + 1e-30
+        assert np.all(np.abs(np.asarray(got, np.float32) - want) <= ulp), (mode, pad)
+        half = TF.grid_sample(xt.to(tdt), gt.to(tdt), mode, pad, False).float().numpy()
+        worst_torch = max(worst_torch, float(np.abs(half - want).max()))
+  assert worst_torch > 0.01  # torch's half-type arithmetic is further off than that
