@@ -402,8 +402,7 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
                        f"modes: linear | bilinear | bicubic | trilinear")
     align = False
   else:
-    align = False if align_corners is None else _checks.static_bool(op, "align_corners",
-                                                                    align_corners)
+    align = _align_corners(op, align_corners)
   antialias = _checks.static_bool(op, "antialias", antialias)
   dim = len(shape) - 2
   if size is not None and scale_factor is not None:
@@ -617,6 +616,9 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
       raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
                        f"but input has shape {tuple(shape)}")
   spatial = shape[len(shape) - nd:]
+  if output_size is None:  # torch: "object of type 'NoneType' has no len()"
+    raise _checks.type_error(op, "output_size", output_size,
+                             f"an int or a sequence of {nd} ints (None only as an entry)")
   if isinstance(output_size, (list, tuple)):
     if len(output_size) != nd:
       raise _checks.value_error(op, "output_size", output_size,
@@ -727,14 +729,28 @@ def adaptive_avg_pool3d(input: ArrayLike, output_size: Any) -> jax.Array:
 # --- average pooling ----------------------------------------------------------------------------
 
 
-def _pool_arg(op: str, arg: str, value: Any, nd: int, *, allow_empty: bool = False) -> tuple:
-  """torch's int-or-tuple pooling argument as ``nd`` ints (an empty sequence: ``()``). A float,
-  even an integral one, is torch's TypeError."""
+def _align_corners(op: str, value: Any) -> bool:
+  """torch's align_corners: None (False) or a bool; an int, even 0 or 1, is torch's TypeError."""
+  if value is None:
+    return False
+  if not isinstance(value, (bool, np.bool_)):
+    raise _checks.type_error(op, "align_corners", value, "None or a bool (as torch: not an int)")
+  return bool(value)
+
+
+def _no_floats(op: str, arg: str, value: Any, what: str) -> None:
+  """A float entry, even an integral one, in torch's int argument ``arg``: torch's TypeError."""
   items = value if isinstance(value, (list, tuple)) else (value,)
   if any(isinstance(v, (float, np.floating)) or (isinstance(v, (np.ndarray, jax.Array))
                                                  and jnp.issubdtype(v.dtype, jnp.floating))
          for v in items):
-    raise _checks.type_error(op, arg, value, "an int or a tuple of ints (as torch: not floats)")
+    raise _checks.type_error(op, arg, value, f"{what} (as torch: not floats)")
+
+
+def _pool_arg(op: str, arg: str, value: Any, nd: int, *, allow_empty: bool = False) -> tuple:
+  """torch's int-or-tuple pooling argument as ``nd`` ints (an empty sequence: ``()``). A float,
+  even an integral one, is torch's TypeError."""
+  _no_floats(op, arg, value, "an int or a tuple of ints")
   if isinstance(value, (list, tuple)):
     if allow_empty and len(value) == 0:
       return ()
@@ -1201,8 +1217,7 @@ def _grid_sample_config(shape: tuple[int, ...], dtype: Any, grid_shape: tuple[in
   if not isinstance(padding_mode, str) or padding_mode not in _GS_PADDINGS:
     raise _checks.value_error(op, "padding_mode", padding_mode,
                               "one of 'zeros', 'border', 'reflection'")
-  align = False if align_corners is None else _checks.static_bool(op, "align_corners",
-                                                                  align_corners)
+  align = _align_corners(op, align_corners)
   floats = tuple(np.dtype(d) for d in _FLOATS)
   if np.dtype(dtype) not in floats:
     raise _checks.type_error(op, "input", f"dtype {np.dtype(dtype).name}",
@@ -1293,13 +1308,13 @@ def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear",
 def _affine_grid_config(theta_shape: tuple[int, ...], theta_dtype: Any, size: Any,
                         align_corners: Any) -> tuple[tuple[int, ...], bool]:
   op = _op("affine_grid")
-  align = False if align_corners is None else _checks.static_bool(op, "align_corners",
-                                                                  align_corners)
+  align = _align_corners(op, align_corners)
   if not jnp.issubdtype(theta_dtype, jnp.floating):  # torch: ValueError
     raise _checks.value_error(op, "theta", f"dtype {np.dtype(theta_dtype).name}",
                               "floating (float16, bfloat16, float32 or float64)")
   if isinstance(size, (int, np.integer)) or np.ndim(_checks.concrete(op, "size", size)) != 1:
     raise _checks.type_error(op, "size", size, "a sequence of 4 or 5 ints")
+  _no_floats(op, "size", size, "a sequence of 4 or 5 ints")
   size_t = _checks.int_tuple(op, "size", size)
   if len(size_t) not in (4, 5):
     raise NotImplementedError(f"{op}: argument `size` must have 4 or 5 entries (affine_grid "
@@ -1538,6 +1553,7 @@ def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[in
     except TypeError:
       raise _checks.type_error(op, "output_size", output_size,
                                f"a sequence of {nd} or {nd + 2} ints") from None
+    _no_floats(op, "output_size", sizes, f"a sequence of {nd} or {nd + 2} ints")
     if len(sizes) == nd + 2:
       sizes = sizes[2:]
     if len(sizes) != nd:

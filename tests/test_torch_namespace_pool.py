@@ -191,6 +191,9 @@ def test_vmap_and_jit():
     ("avg_pool2d", (2,), dict(stride=(1, 1.0)), "stride.*not floats"),
     ("avg_pool2d", (2,), dict(padding=1.0), "padding.*not floats"),
     ("lp_pool2d", (2, (2.0, 2)), {}, "kernel_size.*not floats"),
+    # an output_size of None (torch: "object of type 'NoneType' has no len()")
+    ("adaptive_avg_pool2d", (None,), {}, "output_size.*None only as an entry"),
+    ("adaptive_max_pool2d", (None,), {}, "output_size.*None only as an entry"),
 ])
 def test_impossible_arguments_raise_where_torch_raises(name, args, kw, match):
   # avg_pool1d and adaptive_avg_pool3d get an input of the wrong rank

@@ -640,3 +640,33 @@ def test_half_precision_grid_sample_deviation_is_pinned(dtype):
         half = TF.grid_sample(xt.to(tdt), gt.to(tdt), mode, pad, False).float().numpy()
         worst_torch = max(worst_torch, float(np.abs(half - want).max()))
   assert worst_torch > 0.01  # torch's half-type arithmetic is further off than that
+
+
+def test_integer_flags_and_float_sizes_are_type_errors_as_in_torch():
+  """torch takes align_corners as a bool (or None) only, and sizes as ints only: 1, 0 and 4.0
+  are its TypeErrors, and jaxops.torch's."""
+  x, g, theta = _X4, _G4, _T2
+  for ac in (1, 0):
+    with pytest.raises(TypeError):
+      TF.grid_sample(torch.tensor(x), torch.tensor(g), align_corners=ac)
+    with pytest.raises(TypeError, match="grid_sample: argument `align_corners`.*not an int"):
+      F.grid_sample(x, g, align_corners=ac)
+    with pytest.raises(TypeError):
+      TF.interpolate(torch.tensor(x), size=3, mode="bilinear", align_corners=ac)
+    with pytest.raises(TypeError, match="interpolate: argument `align_corners`.*not an int"):
+      F.interpolate(x, size=3, mode="bilinear", align_corners=ac)
+    with pytest.raises(TypeError):
+      TF.affine_grid(torch.tensor(theta), (2, 1, 3, 4), align_corners=ac)
+    with pytest.raises(TypeError, match="affine_grid: argument `align_corners`.*not an int"):
+      F.affine_grid(theta, (2, 1, 3, 4), align_corners=ac)
+  with pytest.raises(TypeError):
+    TF.affine_grid(torch.tensor(theta), (2, 1, 3.0, 4), align_corners=False)
+  with pytest.raises(TypeError, match="affine_grid: argument `size`.*not floats"):
+    F.affine_grid(theta, (2, 1, 3.0, 4), align_corners=False)
+  y, i = np.zeros((1, 1, 2)), np.array([[[0, 3]]])
+  with pytest.raises(TypeError):
+    TF.max_unpool1d(torch.tensor(y), torch.tensor(i), 2, output_size=[4.0])
+  with pytest.raises(TypeError, match="max_unpool1d: argument `output_size`.*not floats"):
+    F.max_unpool1d(y, i, 2, output_size=[4.0])
+  want = TF.grid_sample(torch.tensor(x), torch.tensor(g), align_corners=True).numpy()
+  np.testing.assert_array_equal(F.grid_sample(x, g, align_corners=np.True_), want)
