@@ -220,6 +220,9 @@ def _axis_sums(x: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
     a = axes[i]
     if a.kernel == 1 and a.stride == 1 and a.pad_begin == 0 and a.pad_end_read == 0:
       continue
+    if x.shape[lead + i] == 1:
+      x = _one_element_sums(x, lead + i, a)
+      continue
     tiled_or_inner = ((a.kernel == a.stride and a.dilation == 1)
                       or (i == len(axes) - 1 and a.stride > 1))
     if tiled_or_inner and x.shape[lead + i] % a.stride == 0:
@@ -227,6 +230,17 @@ def _axis_sums(x: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
     else:
       x = _window_sum(x, lead + i, a)
   return x
+
+
+def _one_element_sums(x: jax.Array, axis: int, a: WindowAxis) -> jax.Array:
+  """Window sums along an axis of length 1: the element where one of a window's taps reads it,
+  else 0 (a window of padding only; a where, not a product, so that inf gives 0 there too).
+  XLA's CPU compiler miscompiles the transpose of a dilated reduce_window over such an axis
+  (the gradient at a window of padding only was 1, not 0); this transposes into a sum."""
+  hits = np.any(a.taps() == 0, axis=1)
+  shape = [1] * x.ndim
+  shape[axis] = a.out
+  return jnp.where(hits.reshape(shape), x, np.zeros((), x.dtype))
 
 
 def _pad_axis(x: jax.Array, axis: int, lo: int, hi: int) -> jax.Array:

@@ -138,3 +138,29 @@ def test_no_retrace_on_repeated_call(monkeypatch):
     jaxops.average_pool(rng.standard_normal(shape), (3, 3), **kw)
     jaxops.average_pool(rng.standard_normal(shape), [3, 3], **{**kw, "pads": [1, 1, 0, 2]})
   assert len(traces) == first
+
+
+@pytest.mark.parametrize("op", ["average_pool", "lp_pool"])
+@pytest.mark.parametrize("shape, kernel, pads, dilations", [
+    ((1, 1, 1), (2,), (1, 1), (2,)),                    # the one window reads positions -1, 1
+    ((2, 3, 1, 6), (2, 3), (1, 1, 1, 1), (2, 1)),
+    ((1, 2, 3, 1, 4), (2, 2, 2), (1, 1, 1, 1, 1, 1), (1, 2, 2)),
+])
+def test_windows_of_padding_only_on_a_length_1_axis(op, shape, kernel, pads, dilations):
+  """A dilated window over a length-1 axis can read only padding: its sum is 0 whatever x is.
+  XLA's CPU compiler miscompiled the transpose of the dilated reduce_window there (jax.grad
+  gave 0.5 for average_pool, 1 for lp_pool p=1, where the gradient is 0). Oracles: central
+  differences in float64 (check_grads) and forward mode."""
+  rng = np.random.default_rng(9)
+  x = rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+  kw = dict(pads=pads, dilations=dilations)
+  if op == "average_pool":
+    f = lambda v: jaxops.average_pool(v, kernel, count_include_pad=True, **kw)
+  else:
+    f = lambda v: jaxops.lp_pool(v, kernel, p=1, **kw)
+  w = rng.standard_normal(f(x).shape)
+  loss = lambda v: jnp.sum(f(v) * w)
+  check_grads(loss, (x,), order=1, modes=("rev",), atol=1e-7, rtol=1e-7)
+  np.testing.assert_allclose(jax.grad(loss)(x), jax.jacfwd(loss)(x), rtol=1e-12, atol=1e-12)
+  if shape == (1, 1, 1):
+    assert float(jax.grad(loss)(x).ravel()[0]) == 0.0
