@@ -271,3 +271,85 @@ def test_run_node_input_counts_and_devices():
   with pytest.raises(ValueError, match="not an ONNX device name"):
     Backend.prepare(_model([node], [_vi("x", TensorProto.FLOAT, [1, 1, 4])],
                            [_vi("y", TensorProto.FLOAT, None)], opset=19), "TPU")
+
+
+def _ort(model, feeds):
+  import onnxruntime as ort
+
+  options = ort.SessionOptions()
+  options.log_severity_level = 4
+  sess = ort.InferenceSession(model.SerializeToString(), options,
+                              providers=["CPUExecutionProvider"])
+  return sess.run(None, feeds)
+
+
+def test_declared_types_that_contradict_the_nodes_are_refused_as_onnxruntime_refuses_them():
+  """An output, intermediate value_info or initializer-as-input declared with another type than
+  its nodes give: onnxruntime refuses the model; jaxops returned data of the other type."""
+  x = np.ones((1, 1, 2, 2), np.float32)
+  gap = helper.make_node("GlobalAveragePool", ["x"], ["y"], name="gap")
+  bad_output = _model([gap], [_vi("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                      [_vi("y", TensorProto.DOUBLE, [1, 1, 1, 1])])
+  nodes = [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.INT32, name="cast"),
+           helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT, name="back")]
+  bad_cast = _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                    [_vi("y", TensorProto.FLOAT, [1, 1, 2, 2])])
+  bad_cast.graph.value_info.append(_vi("c", TensorProto.FLOAT, [1, 1, 2, 2]))
+  resize = helper.make_node("Resize", ["x", "", "s"], ["y"], name="rs")
+  bad_init = _model([resize], [_vi("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+                               _vi("s", TensorProto.DOUBLE, [4])],
+                    [_vi("y", TensorProto.FLOAT, [1, 1, 4, 4])],
+                    [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")])
+  for model in (bad_output, bad_cast, bad_init):
+    with pytest.raises(Exception):
+      _ort(model, {"x": x})
+    with pytest.raises(ValueError, match="declared types or shapes contradict its nodes"):
+      Backend.prepare(model)
+
+
+def test_model_forms_onnxruntime_runs():
+  """A sparse initializer (it raised KeyError at run time), a STRING Constant that is a graph
+  output (a JAX error: it now runs on the host), and the default domain spelled "ai.onnx"
+  (onnx.checker knows its ops only under ""): each as onnxruntime runs it."""
+  sparse = helper.make_sparse_tensor(numpy_helper.from_array(np.array([2, 5], np.int32), "w"),
+                                     numpy_helper.from_array(np.array([1, 3], np.int64), "i"),
+                                     [4])
+  graph = helper.make_graph([helper.make_node("Cast", ["w"], ["y"], to=TensorProto.FLOAT)], "g",
+                            [], [_vi("y", TensorProto.FLOAT, [4])], sparse_initializer=[sparse])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+  assert_outputs_equal(_ort(model, {}), Backend.prepare(model).run([]))
+  assert Backend.prepare(model).run([])[0].tolist() == [0, 2, 0, 5]
+
+  const = helper.make_node("Constant", [], ["s"], value_strings=["a", "b"])
+  model = _model([const], [], [_vi("s", TensorProto.STRING, [2])])
+  assert_outputs_equal(_ort(model, {}), Backend.prepare(model).run([]))
+
+  x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+  gap = helper.make_node("GlobalAveragePool", ["x"], ["y"], name="gap")
+  graph = helper.make_graph([gap], "g", [_vi("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                            [_vi("y", TensorProto.FLOAT, [1, 1, 1, 1])])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx", 19)])
+  assert_outputs_equal(_ort(model, {"x": x}), Backend.prepare(model).run([x]))
+
+
+def test_models_onnxruntime_refuses_give_clear_errors():
+  """Too many outputs through run_node (a KeyError), a static input produced by a later node
+  (the message said another node computes it), an opset past the installed onnx's."""
+  x = np.ones((1, 1, 4, 4), np.float32)
+  node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])
+  with pytest.raises(ValueError, match=r"MaxPool-1\): has 1 output\(s\); got 2"):
+    run_node(node, [x], opset_version=7)
+  nodes = [helper.make_node("Resize", ["x", "", "s"], ["y"], name="rs"),
+           helper.make_node("Constant", [], ["s"], value_floats=[1.0, 1.0, 2.0, 2.0])]
+  model = _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                 [_vi("y", TensorProto.FLOAT, [1, 1, 8, 8])])
+  with pytest.raises(ValueError, match=r"'s'.*of node 'rs' \(Resize\) is produced by a later "
+                     r"node.*topological order"):
+    Backend.prepare(model)
+  gmp = helper.make_node("GlobalMaxPool", ["x"], ["y"])
+  model = _model([gmp], [_vi("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                 [_vi("y", TensorProto.FLOAT, [1, 1, 1, 1])], opset=40)
+  with pytest.raises(Exception):
+    _ort(model, {"x": x})
+  with pytest.raises(ValueError, match="default domain at opset 40"):
+    Backend.prepare(model)

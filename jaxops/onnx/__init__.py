@@ -25,6 +25,7 @@ import jax
 import numpy as np
 import onnx
 import onnx.defs
+import onnx.shape_inference
 from onnx import helper, numpy_helper
 from onnx.backend.base import Backend as _BaseBackend
 from onnx.backend.base import BackendRep as _BaseRep
@@ -60,6 +61,19 @@ def _constant_value(node: onnx.NodeProto, attrs: dict[str, Any]) -> np.ndarray:
       return np.asarray(attrs[name], dtype=object)
   raise NotImplementedError(f"jaxops.onnx: Constant node {node.name!r} with attributes "
                             f"{sorted(attrs)} is not supported (sparse tensors are not)")
+
+
+def _dense(t: onnx.SparseTensorProto) -> np.ndarray:
+  """A sparse initializer as its dense array: ``indices`` are flat positions ``[NNZ]`` or
+  coordinates ``[NNZ, rank]``."""
+  values = numpy_helper.to_array(t.values)
+  dims = tuple(t.dims)
+  out = np.zeros(dims, values.dtype)
+  if values.size:
+    idx = numpy_helper.to_array(t.indices).astype(np.int64)
+    flat = idx if idx.ndim == 1 else np.ravel_multi_index(tuple(idx.T), dims)
+    out.reshape(-1)[flat] = values.reshape(-1)
+  return out
 
 
 def _device(device: str) -> jax.Device:
@@ -100,7 +114,12 @@ class BackendRep(_BaseRep):
     graph = model.graph
     opsets = {("" if imp.domain == "ai.onnx" else imp.domain): imp.version
               for imp in model.opset_import}
+    if opsets.get("", 0) > onnx.defs.onnx_opset_version():  # as onnxruntime refuses it
+      raise ValueError(f"jaxops.onnx: the model imports the default domain at opset "
+                       f"{opsets['']}; the installed onnx {onnx.__version__} defines opsets up "
+                       f"to {onnx.defs.onnx_opset_version()}")
     self._init = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    self._init.update((t.values.name, _dense(t)) for t in graph.sparse_initializer)
     self.input_names = [i.name for i in graph.input if i.name not in self._init]
     # Initializers listed among the graph inputs (IR 4+) are defaults that a feed may replace.
     self._overridable = [i.name for i in graph.input if i.name in self._init]
@@ -112,11 +131,13 @@ class BackendRep(_BaseRep):
     consts: dict[str, np.ndarray] = {}
     static: set[str] = set()
     host = any(v.dtype == object for v in self._init.values())
-    for node in graph.node:
+    producer = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
+    for index, node in enumerate(graph.node):
       attrs = {a.name: _attr_value(a) for a in node.attribute}
       domain = "" if node.domain == "ai.onnx" else node.domain
       if node.op_type == "Constant" and domain == "":
         consts[node.output[0]] = _constant_value(node, attrs)
+        host = host or consts[node.output[0]].dtype == object  # STRING: JAX cannot hold it
         self._nodes.append((node, None, attrs))
         known.add(node.output[0])
         continue
@@ -133,6 +154,10 @@ class BackendRep(_BaseRep):
         if i < len(node.input) and node.input[i]:
           name = node.input[i]
           if name not in self._init and name not in consts and name not in self.input_names:
+            if producer.get(name, -1) > index:
+              raise ValueError(f"jaxops.onnx: input {i} ({name!r}) of node {node.name!r} "
+                               f"({node.op_type}) is produced by a later node: ONNX graphs "
+                               f"list their nodes in topological order")
             raise NotImplementedError(
                 f"jaxops.onnx: input {i} ({name!r}) of {node.op_type} decides the output shape, "
                 f"so jaxops needs it to be a graph input, an initializer or a Constant; here "
@@ -254,6 +279,27 @@ class BackendRep(_BaseRep):
     return fn({n: v for n, v in values.items() if n not in static})
 
 
+def _for_checks(model: onnx.ModelProto) -> onnx.ModelProto:
+  """``model``, or a copy as onnx's checker and shape inference read it as onnxruntime does:
+  the default domain spelled "ai.onnx" spelled "" (the checker registers the default domain's
+  ops under "" only), sparse initializers dense (strict shape inference mistypes them)."""
+  if all(i.domain != "ai.onnx" for i in model.opset_import) and all(
+      n.domain != "ai.onnx" for n in model.graph.node) and not model.graph.sparse_initializer:
+    return model
+  out = onnx.ModelProto()
+  out.CopyFrom(model)
+  for imp in out.opset_import:
+    if imp.domain == "ai.onnx":
+      imp.domain = ""
+  for node in out.graph.node:
+    if node.domain == "ai.onnx":
+      node.domain = ""
+  out.graph.initializer.extend(numpy_helper.from_array(_dense(t), t.values.name)
+                               for t in out.graph.sparse_initializer)
+  del out.graph.sparse_initializer[:]
+  return out
+
+
 class Backend(_BaseBackend):
   """``onnx.backend.base.Backend`` for models whose nodes are all jaxops operators.
 
@@ -278,10 +324,16 @@ class Backend(_BaseBackend):
         supported).
     """
     rep = BackendRep(model, device)  # jaxops' own checks first: they name node and version
+    checked = _for_checks(model)
     try:
-      onnx.checker.check_model(model)
+      onnx.checker.check_model(checked)
     except onnx.checker.ValidationError as e:
       raise ValueError(f"jaxops.onnx: the model fails onnx.checker.check_model: {e}") from e
+    try:  # declared types (outputs, value_info, initializers as inputs) against inferred ones
+      onnx.shape_inference.infer_shapes(checked, check_type=True, strict_mode=True)
+    except onnx.shape_inference.InferenceError as e:
+      raise ValueError(f"jaxops.onnx: the model's declared types or shapes contradict its "
+                       f"nodes (onnx.shape_inference, as onnxruntime checks them): {e}") from e
     return rep
 
   @classmethod

@@ -161,8 +161,8 @@ def check_signature(node: Any, adapter: Adapter) -> None:
   prepared.
 
   Raises:
-    ValueError: too few or too many inputs; an attribute the schema of that version does not
-      have; a required attribute missing.
+    ValueError: too few or too many inputs or outputs; an attribute the schema of that version
+      does not have; a required attribute missing.
     TypeError: an attribute of another type than the schema's (e.g. FLOATS for INTS).
   """
   schema = onnx.defs.get_schema(adapter.op_type, adapter.since_version, "")
@@ -175,6 +175,13 @@ def check_signature(node: Any, adapter: Adapter) -> None:
     want = f"{lo}" if lo == hi else f"{lo} to {hi}"
     raise ValueError(f"{label}: takes {want} input(s); got {sum(bool(n) for n in names)} "
                      f"({names})")
+  outs = list(node.output)
+  while outs and not outs[-1]:
+    outs.pop()  # trailing empty names are omitted optional outputs
+  if len(outs) > schema.max_output or len(outs) < schema.min_output:
+    lo, hi = schema.min_output, schema.max_output
+    want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    raise ValueError(f"{label}: has {want} output(s); got {len(outs)} ({outs})")
   given = {a.name for a in node.attribute}
   for name, spec in schema.attributes.items():
     if spec.required and name not in given:
