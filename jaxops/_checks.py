@@ -128,10 +128,25 @@ def as_array(x: Any, op: str = "jaxops", arg: str = "x") -> jax.Array:
   naming ``op`` and ``arg``."""
   if isinstance(x, jax.Array):
     return x
+  check_wraps(x, op, arg)
   try:
     return jax.numpy.asarray(x)
   except (TypeError, ValueError, OverflowError) as e:
     raise type_error(op, arg, x, f"an array of numbers or bools ({e})") from None
+
+
+def check_wraps(x: Any, op: str, arg: str) -> None:
+  """A 64-bit NumPy integer input, with JAX's 64-bit types off, whose values 32 bits cannot
+  hold: JAX would wrap them without a word (int64 2**32 + 5 became 5), so a ValueError."""
+  if not isinstance(x, (np.ndarray, np.generic)) or x.dtype.kind not in "iu" or \
+      x.dtype.itemsize != 8 or x.size == 0 or jax.config.read("jax_enable_x64"):
+    return
+  info = np.iinfo(np.int32 if x.dtype.kind == "i" else np.uint32)
+  lo, hi = np.min(x), np.max(x)
+  if lo < info.min or hi > info.max:
+    raise value_error(op, arg, f"{x.dtype} values from {lo} to {hi}",
+                      f"within {info.dtype}'s range while JAX's 64-bit types are off (JAX would "
+                      f"wrap the others; jax.config.update('jax_enable_x64', True) keeps them)")
 
 
 def index_array(x: Any, op: str, arg: str) -> jax.Array:

@@ -59,6 +59,7 @@ def constant_of_shape(shape: Any, value: jax.typing.ArrayLike | None = None) -> 
                              "(ConstantOfShape has no STRING output)")
   if not isinstance(value, (np.ndarray, np.generic, jax.Array)):
     value = _checks.as_array(value, _OP, "value")
+  _checks.check_wraps(value, _OP, "value")  # a NumPy value goes to JAX as it is, below
   dtype = np.dtype(value.dtype)
   if dtype not in _VALUE_DTYPES:
     try:

@@ -136,8 +136,8 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
   cfg = _Config(Mode.from_string(_OP, "mode", mode),
                 PaddingMode.from_string(_OP, "padding_mode", padding_mode),
                 _checks.static_bool(_OP, "align_corners", align_corners))
-  x = _checks.as_array(x)
-  grid = _checks.as_array(grid)
+  x = _checks.as_array(x, _OP, "x")
+  grid = _checks.as_array(grid, _OP, "grid")
   allowed = _FLOATS + (_EXACT if cfg.mode is Mode.NEAREST else ())
   if x.dtype not in allowed:
     raise _checks.type_error(_OP, "x", f"dtype {x.dtype}",
@@ -826,7 +826,7 @@ def affine_grid(theta: ArrayLike, size: Any, *, align_corners: bool = False) -> 
   """
   size_t = _checks.int_tuple(_OP_AFFINE, "size", size, minimum=0)
   ac = _checks.static_bool(_OP_AFFINE, "align_corners", align_corners)
-  theta = _checks.as_array(theta)
+  theta = _checks.as_array(theta, _OP_AFFINE, "theta")
   if theta.dtype not in _FLOATS:
     raise _checks.type_error(_OP_AFFINE, "theta", f"dtype {theta.dtype}",
                              f"floating ({', '.join(d.name for d in _FLOATS)})")

@@ -216,7 +216,7 @@ def resize_impl(x: ArrayLike, *, sizes: Any = None, scales: Any = None, roi: Any
   coordinates computed in float32, and mode="nearest" rounds down (truncates) on an axis whose
   scale is >= 1 and up (ceil) on an axis whose scale is < 1.
   """
-  x = _checks.as_array(x)
+  x = _checks.as_array(x, _OP, "x")
   static = (sizes, scales, roi, axes, mode, coordinate_transformation_mode, nearest_mode,
             cubic_coeff_a, exclude_outside, extrapolation_value, keep_aspect_ratio_policy,
             antialias, legacy_resize10)

@@ -162,7 +162,7 @@ def _config(mode: Any, output_height: Any, output_width: Any, sampling_ratio: An
 
 def _roi_align_checked(x: Any, rois: Any, batch_indices: Any, cfg: _Config) -> jax.Array:
   x = _checks.floating_input(_OP, x, _FLOATS)
-  rois = _checks.as_array(rois)
+  rois = _checks.as_array(rois, _OP, "rois")
   batch_indices = _checks.index_array(batch_indices, _OP, "batch_indices")
   if x.ndim != 4:
     raise _checks.value_error(_OP, "x", f"shape {x.shape}", "of rank 4: (N, C, H, W)")

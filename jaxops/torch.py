@@ -608,13 +608,6 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
   if len(shape) not in (nd + 1, nd + 2):
     raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D tensor, but got input of shape "
                      f"{tuple(shape)}")
-  # torch's checks: adaptive_avg_pool1d/2d need non-empty spatial axes (channels may be empty),
-  # adaptive_avg_pool3d and the max pools every axis after the first, batched or not
-  rest = shape[len(shape) - nd:] if "avg" in name and nd < 3 else shape[1:]
-  for d in rest:
-    if d == 0:
-      raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
-                       f"but input has shape {tuple(shape)}")
   spatial = shape[len(shape) - nd:]
   if output_size is None:  # torch: "object of type 'NoneType' has no len()"
     raise _checks.type_error(op, "output_size", output_size,
@@ -638,6 +631,15 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
     if int(a) < 0:
       raise _checks.value_error(op, "output_size", output_size, "sizes >= 0")
     out.append(int(a))
+  # torch's checks: adaptive_avg_pool1d/2d need non-empty spatial axes (channels may be empty),
+  # adaptive_avg_pool3d and the max pools every axis after the first, batched or not; except
+  # that an average to size 1 on every axis is torch's mean, which takes any empty axis (NaN)
+  rest = shape[len(shape) - nd:] if "avg" in name and nd < 3 else shape[1:]
+  mean = "avg" in name and all(o == 1 for o in out)
+  for d in rest:
+    if d == 0 and not mean:
+      raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
+                       f"but input has shape {tuple(shape)}")
   return _Adaptive(tuple((int(n), o) for n, o in zip(spatial, out)))
 
 
@@ -648,6 +650,8 @@ def _adaptive_avg(name: str, nd: int, input: ArrayLike, output_size: Any) -> jax
   x = _float_input(name, input)
   cfg = _ADAPTIVE(_checks.cache_key(name, nd, x.shape, output_size), name, nd, x.shape,
                   output_size)
+  if any(n == 0 for n, _ in cfg.axes):  # every output size is 1 here: torch's mean, NaN
+    return jnp.mean(x, axis=tuple(range(x.ndim - nd, x.ndim)), keepdims=True)
   return _adaptive_jit(x, cfg)
 
 
@@ -730,12 +734,13 @@ def adaptive_avg_pool3d(input: ArrayLike, output_size: Any) -> jax.Array:
 
 
 def _align_corners(op: str, value: Any) -> bool:
-  """torch's align_corners: None (False) or a bool; an int, even 0 or 1, is torch's TypeError."""
+  """torch's align_corners: None (False) or a Python bool; anything else (0 or 1, a NumPy or
+  JAX bool) is torch's TypeError."""
   if value is None:
     return False
-  if not isinstance(value, (bool, np.bool_)):
-    raise _checks.type_error(op, "align_corners", value, "None or a bool (as torch: not an int)")
-  return bool(value)
+  if not isinstance(value, bool):
+    raise _checks.type_error(op, "align_corners", value, "None or a Python bool, as torch takes it")
+  return value
 
 
 def _no_floats(op: str, arg: str, value: Any, what: str) -> None:

@@ -186,3 +186,18 @@ def test_an_empty_output_whose_other_dims_overflow_is_an_error_not_an_abort():
                                          r"exceeds 2\*\*63 - 1"):
       jaxops.constant_of_shape(shape)
   assert jaxops.constant_of_shape([2**62, 0], np.array([1], np.int8)).shape == (2**62, 0)
+
+
+def test_64_bit_values_without_64_bit_types():
+  """With JAX's 64-bit types off an int64 value is held as int32: one that int32 cannot hold
+  (JAX would wrap 2**40 to 0) is a ValueError; one it can is kept. Oracle: onnx.reference."""
+  node = helper.make_node("ConstantOfShape", ["s"], ["y"],
+                          value=helper.make_tensor("v", onnx.TensorProto.INT64, [1], [2 ** 40]))
+  assert ReferenceEvaluator(node).run(None, {"s": np.array([2], np.int64)})[0].tolist() == [
+      2 ** 40] * 2
+  assert jaxops.constant_of_shape([2], np.array([2 ** 40], np.int64)).tolist() == [2 ** 40] * 2
+  with jax.enable_x64(False):
+    with pytest.raises(ValueError, match=r"jaxops.constant_of_shape: argument `value` must be "
+                       r"within int32's range"):
+      jaxops.constant_of_shape([2], np.array([2 ** 40], np.int64))
+    assert jaxops.constant_of_shape([2], np.array([-7], np.int64)).tolist() == [-7, -7]

@@ -203,6 +203,16 @@ def test_wide_integers_without_64_bit_types_compute_in_float32():
     got = _r(x, sizes=[8], **kw)
   assert got.dtype == np.int32 and got[:3].tolist() == [100000000] * 3
   np.testing.assert_allclose(got, want, rtol=0, atol=2e9 * 2.0 ** -22)
+  # int64 values past int32 would wrap as JAX takes them (2**32 + 5 as 5): refused
+  big = np.array([2 ** 32 + 5, 2 ** 32 + 7], np.int64)
+  want = _reference(kw, big, sizes=np.array([3], np.int64))
+  assert want.tolist() == [2 ** 32 + 5, 2 ** 32 + 6, 2 ** 32 + 7]
+  np.testing.assert_array_equal(_r(big, sizes=[3], **kw), want)
+  with jax.enable_x64(False):
+    with pytest.raises(ValueError, match=r"jaxops.resize: argument `x` must be within int32's "
+                       r"range while JAX's 64-bit types are off"):
+      _r(big, sizes=[3], **kw)
+    assert _r(big - 2 ** 32, sizes=[3], **kw).tolist() == [5, 6, 7]
 
 
 @pytest.mark.parametrize("dtype", [np.bool_, np.complex64, np.int32])

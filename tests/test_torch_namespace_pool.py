@@ -333,12 +333,16 @@ def test_empty_axes_accepted_and_refused_as_torch(nd):
            (f"adaptive_max_pool{nd}d", {"return_indices": True})]
   for shape in shapes:
     for name, kw in calls:
-      want = _shape_or_refusal(lambda: getattr(TF, name)(torch.zeros(shape), 2, **kw))
-      got = _shape_or_refusal(lambda: getattr(F, name)(np.zeros(shape), 2, **kw))
-      assert got == want, (name, shape, got, want)
-      if want != "refused" and "avg" in name:
-        g = jax.grad(lambda v: jnp.sum(getattr(F, name)(v, 2)))(jnp.zeros(shape))
-        np.testing.assert_array_equal(g, np.zeros(shape))
+      for size in (2, 1, (1,) * nd):  # size 1 everywhere: torch's mean takes any empty axis
+        want = _shape_or_refusal(lambda: getattr(TF, name)(torch.zeros(shape), size, **kw))
+        got = _shape_or_refusal(lambda: getattr(F, name)(np.zeros(shape), size, **kw))
+        assert got == want, (name, shape, size, got, want)
+        if want != "refused" and "avg" in name:
+          np.testing.assert_array_equal(  # NaN where an empty axis is averaged
+              np.asarray(getattr(F, name)(np.zeros(shape), size)),
+              getattr(TF, name)(torch.zeros(shape), size).numpy())
+          g = jax.grad(lambda v: jnp.sum(getattr(F, name)(v, size)))(jnp.zeros(shape))
+          np.testing.assert_array_equal(g, np.zeros(shape))
     if len(shape) != nd + 2:
       continue
     modes = ["nearest", "nearest-exact", "area", {1: "linear", 2: "bilinear", 3: "trilinear"}[nd]]
