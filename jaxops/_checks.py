@@ -142,7 +142,7 @@ def check_wraps(x: Any, op: str, arg: str) -> None:
       x.dtype.itemsize != 8 or x.size == 0 or jax.config.read("jax_enable_x64"):
     return
   info = np.iinfo(np.int32 if x.dtype.kind == "i" else np.uint32)
-  lo, hi = np.min(x), np.max(x)
+  lo, hi = int(np.min(x)), int(np.max(x))
   if lo < info.min or hi > info.max:
     raise value_error(op, arg, f"{x.dtype} values from {lo} to {hi}",
                       f"within {info.dtype}'s range while JAX's 64-bit types are off (JAX would "
