@@ -63,7 +63,10 @@ def concrete(op: str, arg: str, value: Any) -> np.ndarray:
         f"NumPy value) under jax.jit/vmap/grad; got {_show(value)}. Pass it as a static "
         f"argument (e.g. jax.jit(..., static_argnames=...)) or close over a constant."
     )
-  return np.asarray(value)
+  try:
+    return np.asarray(value)
+  except (TypeError, ValueError, OverflowError) as e:  # ragged nesting, unconvertible objects
+    raise type_error(op, arg, value, f"a number or a flat sequence of numbers ({e})") from None
 
 
 def int_tuple(op: str, arg: str, value: Any, *, length: int | None = None,
@@ -76,6 +79,8 @@ def int_tuple(op: str, arg: str, value: Any, *, length: int | None = None,
                            or _all_integral(arr)):
     raise type_error(op, arg, value, "a 1-D sequence of integers")
   out = tuple(int(v) for v in arr)
+  if any(abs(v) >= _INT_LIMIT for v in out):  # past what XLA's int64 shapes and strides hold
+    raise value_error(op, arg, value, "integers of magnitude below 2**62")
   if length is not None and len(out) != length:
     raise value_error(op, arg, value, f"a sequence of {length} integers")
   if minimum is not None and any(v < minimum for v in out):
@@ -83,8 +88,11 @@ def int_tuple(op: str, arg: str, value: Any, *, length: int | None = None,
   return out
 
 
+_INT_LIMIT = 2 ** 62
+
+
 def _all_integral(arr: np.ndarray) -> bool:
-  if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+  if arr.dtype.kind not in "iuf":  # not bools, not complex numbers (their real part is no int)
     return False
   return bool(np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)))
 
@@ -326,7 +334,7 @@ def memory_limit() -> int:
     return 1 << 62
 
 
-def check_output_size(op: str, shape: Sequence[int], dtype: Any) -> None:
+def check_output_size(op: str, shape: Sequence[int], dtype: Any, what: str = "output") -> None:
   """A ValueError naming ``op``, the output shape and its size in bytes when an output of that
   shape and dtype cannot fit in the device's memory (``memory_limit()``), raised before XLA tries
   to allocate it. Sizes are Python integers, so the product never overflows."""
@@ -344,6 +352,6 @@ def check_output_size(op: str, shape: Sequence[int], dtype: Any) -> None:
   limit = memory_limit()
   if nbytes > limit:
     raise ValueError(
-        f"{op}: the output would have shape {tuple(int(d) for d in shape)} and dtype "
+        f"{op}: the {what} would have shape {tuple(int(d) for d in shape)} and dtype "
         f"{np.dtype(dtype).name}: {count} elements, {nbytes} bytes, more than the {limit} bytes of "
         f"memory of the device; ask for a smaller output")

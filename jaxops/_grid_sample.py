@@ -837,6 +837,7 @@ def affine_grid(theta: ArrayLike, size: Any, *, align_corners: bool = False) -> 
   if theta.shape != (size_t[0], r, r + 1):
     raise _checks.value_error(_OP_AFFINE, "theta", f"shape {theta.shape}",
                               f"of shape ({size_t[0]}, {r}, {r + 1}) for size {size_t}")
+  _checks.check_output_size(_OP_AFFINE, (size_t[0],) + size_t[2:] + (r,), theta.dtype)
   return _affine_grid_jit(theta, size_t[2:], ac)
 
 

@@ -137,19 +137,19 @@ def _power(x: jax.Array, p: float) -> jax.Array:
     return lax.integer_pow(a, int(p))
   if p > 1:
     return a ** np.asarray(p, a.dtype)
-  positive = a > 0
-  safe = jnp.where(positive, a, np.ones((), a.dtype))
-  return jnp.where(positive, safe ** np.asarray(p, a.dtype), np.zeros((), a.dtype))
+  zero = a == 0  # (not `a > 0`: a NaN must stay NaN)
+  safe = jnp.where(zero, np.ones((), a.dtype), a)
+  return jnp.where(zero, np.zeros((), a.dtype), safe ** np.asarray(p, a.dtype))
 
 
 def _root(s: jax.Array, p: float) -> jax.Array:
   """``s ** (1 / p)`` for ``s >= 0``, with the gradient at ``s == 0`` taken as zero."""
   if p == 1:
     return s
-  positive = s > 0
-  safe = jnp.where(positive, s, np.ones((), s.dtype))
+  zero = s == 0  # (not `s > 0`: a window holding a NaN must give NaN)
+  safe = jnp.where(zero, np.ones((), s.dtype), s)
   root = jnp.sqrt(safe) if p == 2 else safe ** np.asarray(1.0 / p, s.dtype)
-  return jnp.where(positive, root, np.zeros((), s.dtype))
+  return jnp.where(zero, np.zeros((), s.dtype), root)
 
 
 @functools.partial(jax.jit, static_argnums=1)

@@ -42,8 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxops._checks import (ConfigCache, as_array, cache_key, concrete, floating_input,
-                            global_pool_input, index_array, int_tuple, static_bool, value_error)
+from jaxops._checks import (ConfigCache, as_array, cache_key, check_output_size, concrete,
+                            floating_input, global_pool_input, index_array, int_tuple,
+                            static_bool, value_error)
 from jaxops._window import WindowAxis, window_plan
 
 _FLOATS = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
@@ -653,6 +654,7 @@ def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
     indices = indices.astype(_index_dtype())
   static = (tuple(x.shape), tuple(indices.shape), kernel_shape, strides, pads, output_shape)
   plan = _UNPOOL_PLANS(cache_key(*static), *static)
+  check_output_size(op, plan.out, x.dtype)  # (XLA aborts the process on 2**62 elements)
   return _max_unpool(x, indices, plan)
 
 

@@ -177,6 +177,8 @@ def _roi_align_checked(x: Any, rois: Any, batch_indices: Any, cfg: _Config) -> j
                               f"of shape ({rois.shape[0]},) (one per roi)")
   if x.shape[2] == 0 or x.shape[3] == 0 or x.shape[0] == 0:
     raise _checks.value_error(_OP, "x", f"shape {x.shape}", "non-empty N, H and W")
+  k, c = rois.shape[0], x.shape[1]
+  _checks.check_output_size(_OP, (k, c, cfg.out_h, cfg.out_w), x.dtype)
   return _roi_align_jit(x, rois, batch_indices, cfg)
 
 

@@ -1382,6 +1382,7 @@ def affine_grid(theta: ArrayLike, size: Any, align_corners: bool | None = None) 
   t = _checks.as_array(theta, op, "theta")
   static = (t.shape, t.dtype, size, align_corners)
   size_t, align = _AFFINE_GRID(_checks.cache_key(*static), *static)
+  _checks.check_output_size(op, (size_t[0],) + size_t[2:] + (len(size_t) - 2,), t.dtype)
   return _affine_grid_jit(t, size_t, align)
 
 
@@ -1664,6 +1665,7 @@ def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, ker
     raise ValueError(f"{op}: argument `indices` must hold indices in [0, {plane}), the size "
                      f"of an output plane {cfg.out[len(cfg.out) - nd:]}; got {bad} (torch: "
                      f"Found an invalid max index)")
+  _checks.check_output_size(op, cfg.out, x.dtype)
   return _unpool_jit(x, i, cfg)
 
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxops
 from jaxops import _checks
 
 
@@ -82,3 +83,43 @@ def test_mode_strings_name_the_allowed_values_even_for_undecodable_bytes():
   assert Mode.from_string("jaxops.op", "mode", b"a") is Mode.A
   with pytest.raises(ValueError, match=r"jaxops\.op: argument `mode` must be one of 'a'"):
     Mode.from_string("jaxops.op", "mode", b"\xff")
+
+
+_X4 = np.ones((1, 1, 4, 4), np.float32)
+_Y = np.ones((1, 1, 2, 2), np.float32)
+_I = np.array([[[[0, 3], [8, 15]]]])
+
+
+@pytest.mark.parametrize("call, error, match", [
+    # complex numbers were read as integers (the imaginary part dropped with a warning)
+    (lambda: jaxops.average_pool(_X4, (2 + 1j, 2)), TypeError,
+     r"average_pool: argument `kernel_shape` must be a 1-D sequence of integers"),
+    (lambda: jaxops.resize(_X4, sizes=(3 + 1j, 3), axes=(2, 3)), TypeError,
+     r"resize: argument `sizes`"),
+    (lambda: jaxops.roi_align(_X4, [[0, 0, 2, 2.0]], [0], output_height=1 + 2j), TypeError,
+     r"roi_align: argument `output_height`"),
+    # values past int64 raised OverflowError or JAX's own TypeError
+    (lambda: jaxops.average_pool(_X4, (2, 2), strides=2 ** 63), ValueError,
+     r"average_pool: argument `strides` must be integers of magnitude below 2\*\*62"),
+    (lambda: jaxops.lp_pool(_X4, (2, 2), strides=1e308), ValueError,
+     r"lp_pool: argument `strides`"),
+    (lambda: jaxops.roi_align(_X4, [[0, 0, 2, 2.0]], [0], max_sampling_ratio=2 ** 63),
+     ValueError, r"roi_align: argument `max_sampling_ratio`"),
+    # ragged nesting raised NumPy's message, naming neither op nor argument
+    (lambda: jaxops.average_pool(_X4, [[1], [2, 3]]), TypeError,
+     r"average_pool: argument `kernel_shape` must be a number or a flat sequence"),
+    # outputs past the device's memory: XLA aborted the process (2**62 elements) or ran out of it
+    (lambda: jaxops.max_unpool(_Y, _I, (2, 2), strides=(2, 2),
+                               output_shape=(1, 1, 2 ** 31, 2 ** 31)), ValueError,
+     r"max_unpool: the output would have shape \(1, 1, 2147483648, 2147483648\)"),
+    (lambda: jaxops.max_unpool(_Y, _I, (2, 2), strides=(2 ** 30, 2 ** 30)), ValueError,
+     r"max_unpool: the output would have shape"),
+    (lambda: jaxops.affine_grid(np.ones((1, 2, 3)), (1, 1, 2 ** 20, 2 ** 20)), ValueError,
+     r"affine_grid: the output would have shape \(1, 1048576, 1048576, 2\)"),
+    (lambda: jaxops.roi_align(_X4, [[0, 0, 2, 2.0]], [0], output_height=2 ** 40), ValueError,
+     r"roi_align: the output would have shape"),
+])
+def test_fuzzed_arguments_give_named_errors(call, error, match):
+  """Found by an argument fuzzer: each raised another exception type, aborted, or ran."""
+  with pytest.raises(error, match=match):
+    call()

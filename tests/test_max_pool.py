@@ -331,6 +331,28 @@ def test_check_grads_without_ties(nd):
               modes=("fwd", "rev"))
 
 
+def test_lp_pool_nan_propagates():
+  """A window holding a NaN gives NaN (it gave 0 for p >= 2: the zero-window rule read
+  `sum > 0`). Oracles: onnxruntime (LpPool-18, GlobalLpPool-2) and torch. (onnx.reference's
+  LpPool drops the NaN with p = 1: [2, 4, 5] here.)"""
+  x = np.array([[[1.0, np.nan, 2.0, 3.0]]], np.float32)
+  for p in (1, 2, 3):
+    model = _node_model("LpPool", 18, dict(kernel_shape=[2], p=p), [1, 1, 4])
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.isnan(want[0, 0, :2]).all()
+    np.testing.assert_allclose(np.asarray(jaxops.lp_pool(x, (2,), p=p)), want, rtol=1e-6)
+    t = torch.nn.functional.lp_pool1d(torch.tensor(x), p, 2, stride=1).numpy()
+    np.testing.assert_allclose(np.asarray(jaxops.lp_pool(x, (2,), p=p)), t, rtol=1e-6)
+    model = _node_model("GlobalLpPool", 2, dict(p=p), [1, 1, 4])
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.isnan(want).all()
+    assert np.isnan(np.asarray(jaxops.global_lp_pool(x, p=p))).all()
+  lp1 = _registry.lookup("LpPool", "", 1).fn  # a float p below 1
+  assert np.isnan(np.asarray(lp1([x], {"kernel_shape": [2], "p": 0.5})[0])[0, 0, :2]).all()
+
+
 def test_lp_pool_gradient_of_a_zero_window_is_zero():
   x = np.array([[[0.0, 0.0, 3.0, 4.0]]])
   for p in (1, 2, 3):
