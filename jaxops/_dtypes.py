@@ -92,7 +92,8 @@ def elem_type(op: str, arg: str, to: Any) -> ElemType:
     ValueError: an unknown enum value or name, or a dtype with no ONNX element type.
   """
   kinds = "an ONNX TensorProto enum value, its name or a dtype"
-  if to is None or isinstance(to, (bool, np.bool_)):
+  if to is None or isinstance(to, (bool, np.bool_, tuple, list, dict)):
+    # (NumPy reads ('a', 'b') or [('f', 'i4')] as structured dtypes: no ONNX type)
     raise TypeError(f"{op}: argument `{arg}` must be {kinds}; got {to!r}")
   if isinstance(to, (int, np.integer)):
     if int(to) in BY_ENUM:

@@ -307,7 +307,11 @@ def _roi(roi: Any, coord: CoordinateTransformationMode,
   if roi is None:
     roi = [0.0] * n + [1.0] * n
   traced = _checks.is_traced(roi)
-  arr = jnp.asarray(roi) if traced else np.asarray(roi, dtype=np.float64)
+  try:
+    arr = jnp.asarray(roi) if traced else np.asarray(roi, dtype=np.float64)
+  except (TypeError, ValueError) as e:  # text, ragged nesting, complex numbers, objects
+    raise _checks.type_error(_OP, "roi", roi, f"a 1-D array of {2 * n} real numbers "
+                             f"({e})") from None
   if arr.shape != (2 * n,):
     raise _checks.value_error(_OP, "roi", roi, f"a 1-D array of {2 * n} values (starts then "
                               f"ends of the {n} resized axes)")

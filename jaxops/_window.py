@@ -33,7 +33,7 @@ class AutoPad(StrEnum):
 
   @classmethod
   def from_string(cls, op: str, arg: str, value: Any) -> AutoPad:
-    if value == "" or value == b"":
+    if isinstance(value, (str, bytes)) and value in ("", b""):
       return cls.NOTSET
     return super().from_string(op, arg, value)
 

@@ -118,6 +118,12 @@ _I = np.array([[[[0, 3], [8, 15]]]])
      r"affine_grid: the output would have shape \(1, 1048576, 1048576, 2\)"),
     (lambda: jaxops.roi_align(_X4, [[0, 0, 2, 2.0]], [0], output_height=2 ** 40), ValueError,
      r"roi_align: the output would have shape"),
+    # a tuple read as a structured NumPy dtype: the cast ran (to STRING, or to float)
+    (lambda: jaxops.cast(np.array([1.5]), ("a", "b")), TypeError, r"cast: argument `to`"),
+    # NumPy's own message for a roi that is no numbers
+    (lambda: jaxops.resize(_X4, sizes=(3, 3), axes=(2, 3), roi="abc",
+                           coordinate_transformation_mode="tf_crop_and_resize"), TypeError,
+     r"resize: argument `roi` must be a 1-D array of 4 real numbers"),
 ])
 def test_fuzzed_arguments_give_named_errors(call, error, match):
   """Found by an argument fuzzer: each raised another exception type, aborted, or ran."""
