@@ -118,6 +118,8 @@ _I = np.array([[[[0, 3], [8, 15]]]])
      r"affine_grid: the output would have shape \(1, 1048576, 1048576, 2\)"),
     (lambda: jaxops.roi_align(_X4, [[0, 0, 2, 2.0]], [0], output_height=2 ** 40), ValueError,
      r"roi_align: the output would have shape"),
+    (lambda: jaxops.max_pool(_X4, (2, 2), auto_pad=np.zeros(2)), ValueError,
+     r"max_pool: argument `auto_pad` must be one of"),
     # a tuple read as a structured NumPy dtype: the cast ran (to STRING, or to float)
     (lambda: jaxops.cast(np.array([1.5]), ("a", "b")), TypeError, r"cast: argument `to`"),
     # NumPy's own message for a roi that is no numbers
