@@ -1114,8 +1114,9 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
   if np.isnan(p):
     raise _checks.value_error(op, "norm_type", norm_type, "a float other than NaN")
   # torch's lp_pool multiplies by kernel_size: lp_pool1d takes an int only (a sequence is
-  # torch's TypeError), lp_pool2d/3d unpack it into exactly nd ints (no one-element broadcast).
-  if isinstance(kernel_size, (list, tuple)) and nd == 1:
+  # torch's TypeError; with p = +-inf torch's lp_pool1d is its max_pool1d, which takes one),
+  # lp_pool2d/3d unpack it into exactly nd ints (no one-element broadcast).
+  if isinstance(kernel_size, (list, tuple)) and nd == 1 and not np.isinf(p):
     raise TypeError(f"{op}: argument `kernel_size` must be an int, as torch's lp_pool1d "
                     f"takes it; got {kernel_size!r}")
   if isinstance(kernel_size, (list, tuple)) and len(kernel_size) != nd:

@@ -375,6 +375,9 @@ def test_lp_pool_infinite_norm_type_matches_torch(nd, norm_type):
                                   ty.detach().numpy())
     g = jax.grad(lambda v: jnp.sum(fn(v, norm_type, 3, stride, ceil_mode) * w))(x)
     np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+  if nd == 1:  # torch's lp_pool1d is then its max_pool1d, which takes a one-element kernel list
+    np.testing.assert_array_equal(np.asarray(fn(x, norm_type, [3])),
+                                  tfn(torch.tensor(x), norm_type, [3]).numpy())
   with pytest.raises(ValueError, match=f"lp_pool{nd}d: argument `norm_type`"):
     fn(x, np.nan, 3)
 
