@@ -238,8 +238,8 @@ def _narrowed_on_host(x: np.ndarray, dst: np.dtype) -> np.ndarray:
   if dst == np.dtype(bool):
     return x != 0
   if not _is_float(dst):
-    if x.dtype.kind != "f":
-      return x
+    if x.dtype.kind != "f":  # the low 32 bits: JAX's own wrap, made explicit
+      return x.astype(np.int32 if x.dtype.kind == "i" else np.uint32)
     if dst in _NARROW_INT:  # round half to even, then the low bits (exact in float64)
       return np.fmod(np.round(x), float(1 << _NARROW_INT[dst][0])).astype(np.float32)
     # XLA's conversion: toward zero, saturating, NaN as 0; done here, where float32 would

@@ -79,8 +79,8 @@ def int_tuple(op: str, arg: str, value: Any, *, length: int | None = None,
                            or _all_integral(arr)):
     raise type_error(op, arg, value, "a 1-D sequence of integers")
   out = tuple(int(v) for v in arr)
-  if any(abs(v) >= _INT_LIMIT for v in out):  # past what XLA's int64 shapes and strides hold
-    raise value_error(op, arg, value, "integers of magnitude below 2**62")
+  if any(not -_INT_LIMIT <= v < _INT_LIMIT for v in out):  # XLA's shapes and strides: int64
+    raise value_error(op, arg, value, "integers that int64 holds")
   if length is not None and len(out) != length:
     raise value_error(op, arg, value, f"a sequence of {length} integers")
   if minimum is not None and any(v < minimum for v in out):
@@ -88,7 +88,7 @@ def int_tuple(op: str, arg: str, value: Any, *, length: int | None = None,
   return out
 
 
-_INT_LIMIT = 2 ** 62
+_INT_LIMIT = 2 ** 63
 
 
 def _all_integral(arr: np.ndarray) -> bool:

@@ -86,7 +86,7 @@ def _dims(shape: Any) -> tuple[int, ...]:
   try:
     arr = _checks.concrete(_OP, "shape", shape)
   except (TypeError, ValueError) as e:
-    if str(e).startswith(_OP):  # traced: concrete's own message says how to fix it
+    if _checks.is_traced(shape):  # concrete's own message says how to fix it
       raise
     raise _checks.type_error(_OP, "shape", shape, "a 1-D sequence of integers") from None
   if arr.size and arr.dtype.kind not in ("i", "u"):  # ONNX's shape is an int64 tensor

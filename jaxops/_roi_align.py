@@ -153,6 +153,9 @@ def _config(mode: Any, output_height: Any, output_width: Any, sampling_ratio: An
   msr = None
   if max_sampling_ratio is not None:
     msr, = _checks.int_tuple(_OP, "max_sampling_ratio", max_sampling_ratio, length=1, minimum=1)
+    # a cap past int32 caps nothing the traced count can reach (it compares in int32 without
+    # JAX's 64-bit types, where a larger Python int overflowed)
+    msr = min(msr, 2 ** 31 - 2)
   return _Config(Mode.from_string(_OP, "mode", mode), out_h, out_w, sr, msr,
                  _checks.static_float(_OP, "spatial_scale", spatial_scale),
                  CoordinateTransformationMode.from_string(

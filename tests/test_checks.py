@@ -100,11 +100,13 @@ _I = np.array([[[[0, 3], [8, 15]]]])
      r"roi_align: argument `output_height`"),
     # values past int64 raised OverflowError or JAX's own TypeError
     (lambda: jaxops.average_pool(_X4, (2, 2), strides=2 ** 63), ValueError,
-     r"average_pool: argument `strides` must be integers of magnitude below 2\*\*62"),
+     r"average_pool: argument `strides` must be integers that int64 holds"),
     (lambda: jaxops.lp_pool(_X4, (2, 2), strides=1e308), ValueError,
      r"lp_pool: argument `strides`"),
     (lambda: jaxops.roi_align(_X4, [[0, 0, 2, 2.0]], [0], max_sampling_ratio=2 ** 63),
      ValueError, r"roi_align: argument `max_sampling_ratio`"),
+    (lambda: jaxops.constant_of_shape(np.array([2 ** 63, 0], np.uint64)), ValueError,
+     r"constant_of_shape: argument `shape` must be integers that int64 holds"),
     # ragged nesting raised NumPy's message, naming neither op nor argument
     (lambda: jaxops.average_pool(_X4, [[1], [2, 3]]), TypeError,
      r"average_pool: argument `kernel_shape` must be a number or a flat sequence"),
@@ -131,3 +133,15 @@ def test_fuzzed_arguments_give_named_errors(call, error, match):
   """Found by an argument fuzzer: each raised another exception type, aborted, or ran."""
   with pytest.raises(error, match=match):
     call()
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_roi_align_max_sampling_ratio_past_int32_caps_nothing(x64):
+  """(It overflowed JAX's int32 argument without 64-bit types.) Oracle: onnxruntime, whose
+  adaptive count is uncapped: box 0..2 on [[0, 1, ...]] 4 x 4 gives the mean 2.5."""
+  x = np.arange(16.0, dtype=np.float32).reshape(1, 1, 4, 4)
+  with jax.enable_x64(x64):
+    for cap in (2 ** 31, 2 ** 40):
+      y = jaxops.roi_align(x, np.array([[0, 0, 2, 2.0]], np.float32), np.array([0]),
+                           max_sampling_ratio=cap)
+      assert float(np.asarray(y).ravel()[0]) == 2.5
