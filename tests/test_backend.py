@@ -368,3 +368,15 @@ def test_declared_output_shapes_are_not_checked():
   assert _ort(model, {"x": x})[0].tolist() == [[[3.0, 4.0, 5.0]]]
   with pytest.raises(onnx.shape_inference.InferenceError):
     onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+
+
+def test_an_undefined_element_type_is_refused_as_onnxruntime_refuses_it():
+  gap = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+  model = _model([gap], [_vi("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                 [_vi("y", TensorProto.UNDEFINED, [1, 1, 1, 1])])
+  x = np.ones((1, 1, 2, 2), np.float32)
+  with pytest.raises(Exception):
+    _ort(model, {"x": x})
+  with pytest.raises(ValueError, match=r"'y' is declared a tensor of element type UNDEFINED"):
+    Backend.prepare(model)
+  assert run_node(gap, [x])[0].tolist() == [[[[1.0]]]]  # (run_node's own outputs are untyped)

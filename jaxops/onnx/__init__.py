@@ -324,6 +324,11 @@ class Backend(_BaseBackend):
         supported).
     """
     rep = BackendRep(model, device)  # jaxops' own checks first: they name node and version
+    for vi in list(model.graph.output) + list(model.graph.value_info):
+      if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == 0:
+        raise ValueError(f"jaxops.onnx: {vi.name!r} is declared a tensor of element type "
+                         f"UNDEFINED (0); onnxruntime refuses it (declare its type, or leave "
+                         f"the type out)")
     checked = _for_checks(model)
     try:
       onnx.checker.check_model(checked)
