@@ -217,11 +217,9 @@ def _cast(op: str, x: Any, target: _dtypes.ElemType, saturate: Any, round_mode: 
   if not isinstance(x, jax.Array):  # jnp.asarray returns a jax.Array or tracer as it is
     if hasattr(x, "dtype"):
       _check_dtype(op, "x", x.dtype)  # before jnp.asarray, which fails obscurely on float6
-    if isinstance(x, np.generic):  # a NumPy scalar: narrowed as a 0-d array would be
-      x = np.asarray(x)
-    if isinstance(x, np.ndarray) and x.dtype.itemsize == 8 and x.dtype.kind in "iuf" and \
-        _wide_float() != _F64:
-      x = _narrowed_on_host(x, np.dtype(target.dtype))
+    wide = _checks.narrowed_by_jax(x, "iuf")  # (NumPy scalars too, as 0-d arrays)
+    if wide is not None:
+      x = _narrowed_on_host(wide, np.dtype(target.dtype))
     x = _checks.as_array(x, op, "x")
   _check_dtype(op, "x", x.dtype)
   return _convert_jit(x, np.dtype(target.dtype), saturate, mode, fnuz_inf_to_nan)

@@ -143,14 +143,23 @@ def as_array(x: Any, op: str = "jaxops", arg: str = "x") -> jax.Array:
     raise type_error(op, arg, x, f"an array of numbers or bools ({e})") from None
 
 
+def narrowed_by_jax(x: Any, kinds: str) -> np.ndarray | None:
+  """``x`` as a NumPy array where it is a 64-bit NumPy value (array or scalar) of one of the
+  dtype ``kinds`` that JAX, with its 64-bit types off, would narrow to 32 bits; else None."""
+  if not isinstance(x, (np.ndarray, np.generic)) or x.dtype.kind not in kinds or \
+      x.dtype.itemsize != 8 or jax.config.read("jax_enable_x64"):
+    return None
+  return np.asarray(x)
+
+
 def check_wraps(x: Any, op: str, arg: str) -> None:
   """A 64-bit NumPy integer input, with JAX's 64-bit types off, whose values 32 bits cannot
   hold: JAX would wrap them without a word (int64 2**32 + 5 became 5), so a ValueError."""
-  if not isinstance(x, (np.ndarray, np.generic)) or x.dtype.kind not in "iu" or \
-      x.dtype.itemsize != 8 or x.size == 0 or jax.config.read("jax_enable_x64"):
+  wide = narrowed_by_jax(x, "iu")
+  if wide is None or wide.size == 0:
     return
-  info = np.iinfo(np.int32 if x.dtype.kind == "i" else np.uint32)
-  lo, hi = int(np.min(x)), int(np.max(x))
+  info = np.iinfo(np.int32 if wide.dtype.kind == "i" else np.uint32)
+  lo, hi = int(np.min(wide)), int(np.max(wide))
   if lo < info.min or hi > info.max:
     raise value_error(op, arg, f"{x.dtype} values from {lo} to {hi}",
                       f"within {info.dtype}'s range while JAX's 64-bit types are off (JAX would "
@@ -162,13 +171,10 @@ def index_array(x: Any, op: str, arg: str) -> jax.Array:
   JAX's 64-bit types off, is first clipped on the host to int32's bounds. JAX would wrap it to
   int32 (2**32 + 5 became the valid index 5); clipped, it stays out of range, as it was, for
   the caller's range rule (dropped, or refused)."""
-  if isinstance(x, np.generic):
-    x = np.asarray(x)
-  if isinstance(x, np.ndarray) and x.dtype.kind in "iu" and x.dtype.itemsize == 8 and \
-      not jax.config.read("jax_enable_x64"):
+  wide = narrowed_by_jax(x, "iu")
+  if wide is not None:
     info = np.iinfo(np.int32)
-    lo = info.min if x.dtype.kind == "i" else 0
-    x = np.clip(x, lo, info.max).astype(np.int32)
+    x = np.clip(wide, info.min if wide.dtype.kind == "i" else 0, info.max).astype(np.int32)
   return as_array(x, op, arg)
 
 
@@ -334,7 +340,7 @@ def memory_limit() -> int:
     return 1 << 62
 
 
-def check_output_size(op: str, shape: Sequence[int], dtype: Any, what: str = "output") -> None:
+def check_output_size(op: str, shape: Sequence[int], dtype: Any) -> None:
   """A ValueError naming ``op``, the output shape and its size in bytes when an output of that
   shape and dtype cannot fit in the device's memory (``memory_limit()``), raised before XLA tries
   to allocate it. Sizes are Python integers, so the product never overflows."""
@@ -352,6 +358,6 @@ def check_output_size(op: str, shape: Sequence[int], dtype: Any, what: str = "ou
   limit = memory_limit()
   if nbytes > limit:
     raise ValueError(
-        f"{op}: the {what} would have shape {tuple(int(d) for d in shape)} and dtype "
+        f"{op}: the output would have shape {tuple(int(d) for d in shape)} and dtype "
         f"{np.dtype(dtype).name}: {count} elements, {nbytes} bytes, more than the {limit} bytes of "
         f"memory of the device; ask for a smaller output")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -137,19 +137,21 @@ def _power(x: jax.Array, p: float) -> jax.Array:
     return lax.integer_pow(a, int(p))
   if p > 1:
     return a ** np.asarray(p, a.dtype)
-  zero = a == 0  # (not `a > 0`: a NaN must stay NaN)
-  safe = jnp.where(zero, np.ones((), a.dtype), a)
-  return jnp.where(zero, np.zeros((), a.dtype), safe ** np.asarray(p, a.dtype))
+  return _zero_at_zero(a, lambda v: v ** np.asarray(p, a.dtype))
 
 
 def _root(s: jax.Array, p: float) -> jax.Array:
   """``s ** (1 / p)`` for ``s >= 0``, with the gradient at ``s == 0`` taken as zero."""
   if p == 1:
     return s
-  zero = s == 0  # (not `s > 0`: a window holding a NaN must give NaN)
-  safe = jnp.where(zero, np.ones((), s.dtype), s)
-  root = jnp.sqrt(safe) if p == 2 else safe ** np.asarray(1.0 / p, s.dtype)
-  return jnp.where(zero, np.zeros((), s.dtype), root)
+  return _zero_at_zero(s, jnp.sqrt if p == 2 else lambda v: v ** np.asarray(1.0 / p, s.dtype))
+
+
+def _zero_at_zero(v: jax.Array, f: Callable[[jax.Array], jax.Array]) -> jax.Array:
+  """``f(v)``, but 0 with a zero derivative where ``v == 0`` (where ``f``'s own derivative is
+  infinite); ``f`` never sees a zero. (Not ``v > 0``: a NaN must stay NaN.)"""
+  zero = v == 0
+  return jnp.where(zero, np.zeros((), v.dtype), f(jnp.where(zero, np.ones((), v.dtype), v)))
 
 
 @functools.partial(jax.jit, static_argnums=1)
