@@ -65,6 +65,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad
+from jax.interpreters import batching
+from jax.interpreters import mlir
 from jax.typing import ArrayLike
 
 import jaxops
@@ -539,8 +543,20 @@ def _adaptive_matrices(cfg: _Adaptive) -> tuple[np.ndarray, ...]:
   return tuple(out)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _adaptive_uneven(x: jax.Array, cfg: _Adaptive) -> jax.Array:
+  """Uneven adaptive average pooling, a linear primitive whose transpose is
+  ``_adaptive_uneven_t``: written as two primitives that are each other's transposes (as
+  ``_fused_sum``'s), so that forward mode, reverse mode and any order of the two work (a
+  ``custom_vjp`` refuses ``jax.jvp``, ``jacfwd`` and ``hessian``) and vmap batches them."""
+  return _adaptive_uneven_p.bind(x, cfg=cfg)
+
+
+def _adaptive_uneven_t(ct: jax.Array, cfg: _Adaptive) -> jax.Array:
+  """The transpose of ``_adaptive_uneven``: from (..., out) back to (..., in)."""
+  return _adaptive_uneven_t_p.bind(ct, cfg=cfg)
+
+
+def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive) -> jax.Array:
   """Uneven adaptive average pooling: the separable taps forward. Its transpose (the backward
   pass) multiplies the cotangent by each axis' small dense pooling matrix (``(out, in)``, at
   most two nonzeros per input column) with XLA's dot: the transposed taps are an upsampling
@@ -568,12 +584,7 @@ def _adaptive_uneven(x: jax.Array, cfg: _Adaptive) -> jax.Array:
   return lax.cond(jnp.any(jnp.isinf(x)), infinite, plain, x)
 
 
-def _adaptive_uneven_fwd(x: jax.Array, cfg: _Adaptive) -> tuple[jax.Array, None]:
-  return _adaptive_uneven(x, cfg), None
-
-
-def _adaptive_uneven_bwd(cfg: _Adaptive, res: None, ct: jax.Array) -> tuple[jax.Array]:
-  del res
+def _adaptive_uneven_t_impl(ct: jax.Array, *, cfg: _Adaptive) -> jax.Array:
   lead = ct.ndim - len(cfg.axes)
   mats = [(lead + d, m) for d, ((n, o), m) in enumerate(zip(cfg.axes, _adaptive_matrices(cfg)))
           if n != o]
@@ -597,10 +608,28 @@ def _adaptive_uneven_bwd(cfg: _Adaptive, res: None, ct: jax.Array) -> tuple[jax.
   # materialised once: the check and the branch read it (XLA would otherwise fuse the forward
   # into each, computing it again)
   c32 = lax.optimization_barrier(ct.astype(_checks.compute_dtype(ct.dtype)))
-  return (lax.cond(jnp.isfinite(jnp.sum(c32 * 0)), dense, non_finite, c32).astype(ct.dtype),)
+  return lax.cond(jnp.isfinite(jnp.sum(c32 * 0)), dense, non_finite, c32).astype(ct.dtype)
 
 
-_adaptive_uneven.defvjp(_adaptive_uneven_fwd, _adaptive_uneven_bwd)
+def _adaptive_shape(shape: tuple[int, ...], cfg: _Adaptive, side: int) -> tuple[int, ...]:
+  """``shape`` with its pooled trailing axes set to their input (side 0) or output (side 1)
+  lengths."""
+  return shape[:len(shape) - len(cfg.axes)] + tuple(a[side] for a in cfg.axes)
+
+
+_adaptive_uneven_p = Primitive("jaxops_adaptive_avg_uneven")
+_adaptive_uneven_t_p = Primitive("jaxops_adaptive_avg_uneven_transpose")
+for _prim, _impl, _side, _other in (
+    (_adaptive_uneven_p, _adaptive_uneven_impl, 1, _adaptive_uneven_t),
+    (_adaptive_uneven_t_p, _adaptive_uneven_t_impl, 0, _adaptive_uneven)):
+  _prim.def_impl(jax.jit(_impl, static_argnames=("cfg",)))
+  _prim.def_abstract_eval(
+      lambda v, *, cfg, _side=_side: v.update(shape=_adaptive_shape(v.shape, cfg, _side)))
+  mlir.register_lowering(_prim, mlir.lower_fun(_impl, multiple_results=False))
+  ad.deflinear2(_prim, lambda ct, v, *, cfg, _other=_other: [_other(ct, cfg)])
+  # the pooled axes are the trailing ones: the batch axis goes first
+  batching.primitive_batchers[_prim] = lambda args, dims, *, cfg, _prim=_prim: (
+      _prim.bind(jnp.moveaxis(args[0], dims[0], 0), cfg=cfg), 0)
 
 
 def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any) -> _Adaptive:

@@ -304,6 +304,34 @@ def test_uneven_adaptive_avg_pool_and_area_with_infinite_inputs_match_torch(nd):
                              rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_uneven_adaptive_avg_pool_forward_mode_and_second_order_match_torch(nd):
+  """Uneven windows are a linear primitive with its own transpose, not a custom_vjp (which
+  refuses jax.jvp): the tangent equals torch's forward-mode jvp, jacfwd equals jacrev, a
+  Hessian of a cubic loss equals torch's, and vmap batches the jvp."""
+  rng = np.random.default_rng(80 + nd)
+  shape = (2, 3) + (10, 7, 5)[:nd]
+  out = (3, 4, 2)[:nd]
+  x, t = rng.standard_normal(shape), rng.standard_normal(shape)
+  f = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}[nd]
+  tf = {1: TF.adaptive_avg_pool1d, 2: TF.adaptive_avg_pool2d, 3: TF.adaptive_avg_pool3d}[nd]
+  _, got = jax.jvp(lambda a: f(a, out), (x,), (t,))
+  _, want = torch.autograd.functional.jvp(lambda a: tf(a, out), torch.tensor(x), torch.tensor(t))
+  np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-12, atol=1e-12)
+  _, got_b = jax.vmap(lambda a, b: jax.jvp(lambda v: f(v, out), (a,), (b,)))(x, t)
+  np.testing.assert_allclose(np.asarray(got_b), want.numpy(), rtol=1e-12, atol=1e-12)
+  small = x[:1, :1]
+
+  def loss(a):
+    return jnp.sum(f(a, out) ** 3)
+
+  np.testing.assert_allclose(np.asarray(jax.jacfwd(loss)(small)), np.asarray(jax.grad(loss)(small)),
+                             rtol=1e-12, atol=1e-12)
+  hess = torch.autograd.functional.hessian(lambda a: torch.sum(tf(a, out) ** 3),
+                                           torch.tensor(small)).numpy()
+  np.testing.assert_allclose(np.asarray(jax.hessian(loss)(small)), hess, rtol=1e-12, atol=1e-12)
+
+
 def test_area_on_an_empty_axis_raises_as_torch():
   x = np.zeros((1, 2, 0, 4))
   with pytest.raises(RuntimeError, match="non-zero size for non-batch dimensions"):
