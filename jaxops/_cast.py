@@ -39,6 +39,7 @@ _F64 = np.dtype(np.float64)
 _BF16 = np.dtype(jnp.bfloat16)
 _E8M0 = np.dtype(jnp.float8_e8m0fnu)
 _F4 = np.dtype(jnp.float4_e2m1fn)
+_E5M2 = np.dtype(jnp.float8_e5m2)
 _FLOAT8 = frozenset(np.dtype(t) for t in (jnp.float8_e4m3fn, jnp.float8_e4m3fnuz,
                                           jnp.float8_e5m2, jnp.float8_e5m2fnuz))
 _FNUZ = frozenset(np.dtype(t) for t in (jnp.float8_e4m3fnuz, jnp.float8_e5m2fnuz))
@@ -318,8 +319,8 @@ def _convert_jit(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
 def _convert(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode,
              fnuz_inf_to_nan: bool) -> jax.Array:
   src = np.dtype(x.dtype)
-  if src == dst:
-    return x
+  if src == dst and not (saturate and dst == _E5M2):
+    return x  # (saturation maps float8e5m2's infinities to +-57344 even from float8e5m2)
   if dst == np.dtype(bool):
     if _is_float(src):
       # x != 0 on the bits without the sign: XLA's CPU comparisons read subnormals as zero
@@ -420,7 +421,9 @@ def _float_to_float(x: jax.Array, dst: np.dtype, saturate: bool, mode: RoundMode
                     fnuz_inf_to_nan: bool) -> jax.Array:
   src = np.dtype(x.dtype)
   if dst == _F64:
-    return _to_f64(x)
+    # Without 64-bit types JAX converts to float32 instead (and warns so), exactly from every
+    # float it holds; _to_f64's rebuilt subnormals would flush to zero in float32 arithmetic.
+    return _to_f64(x) if _canonical(dst) == _F64 else lax.convert_element_type(x, _F64)
   if src not in _WIDE_FLOATS:
     x, src = lax.convert_element_type(x, _F32), _F32  # narrow floats are exact in float32
     if dst == _F32:

@@ -734,6 +734,32 @@ def test_64_bit_numpy_inputs_without_64_bit_types():
                                     np.array([0.0])).shape == (2 ** 60, 0)  # a float32 output
 
 
+def test_subnormals_to_double_without_64_bit_types_keep_their_value():
+  # DOUBLE is float32 without 64-bit types; the exact widening to float64 rebuilt subnormals
+  # in float arithmetic, which XLA's CPU flushed to zero in float32.
+  f32 = np.array([1e-40, -1.4e-45, 1.1754942e-38, 0.5], np.float32)
+  bf16 = np.array([9.18e-41, -3e-39, 1.0], ml_dtypes.bfloat16)
+  with jax.enable_x64(False):
+    with pytest.warns(UserWarning, match="float64"):
+      assert_same(jaxops.cast(f32, "DOUBLE"), f32)
+    with pytest.warns(UserWarning, match="float64"):
+      assert_same(jax.jit(lambda v: jaxops.cast(v, "DOUBLE"))(bf16), bf16.astype(np.float32))
+    assert_same(jaxops.cast_like(f32, np.zeros(1)), f32)  # `like` is float32 here
+
+
+def test_out_of_range_floats_to_integers_saturate():
+  # ONNX leaves a float outside the integer type's range undefined; jaxops saturates (XLA's
+  # convert) and sends NaN to 0, where onnx.reference and onnxruntime wrap (300.0 -> uint8 44):
+  # docs/DEVIATIONS.md, Cast 11.
+  x = np.array([300.0, -300.0, 2.0 ** 31, -(2.0 ** 33), 1e30, -np.inf, np.inf, np.nan, -1.0])
+  for dst in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64):
+    info = np.iinfo(dst)
+    want = np.clip(np.nan_to_num(np.trunc(x), nan=0.0), float(info.min), float(info.max))
+    want = np.array([info.max if w >= float(info.max) else int(w) for w in want], dst)
+    for src in (np.float32, np.float64):
+      assert_same(jaxops.cast(x.astype(src), np.dtype(dst)), want)
+
+
 @pytest.mark.parametrize("x64", [True, False])
 def test_large_floats_to_narrow_ints_keep_their_own_low_bits(x64):
   # "round to the nearest integer (ties to even) and truncate": the low bits of the integer

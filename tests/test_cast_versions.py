@@ -13,6 +13,7 @@ import onnx.defs
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 from jaxops.onnx import Backend, _registry
 
@@ -78,6 +79,30 @@ def test_float8_saturation_of_inf_per_version(opset):
       (y,) = Backend.run_model(_model(op, opset, T.FLOAT, attrs, extra_inputs=extra), [_INF_X])
       assert y.dtype == helper.tensor_dtype_to_np_dtype(to)
       np.testing.assert_array_equal(_f64(y), np.array(want), err_msg=f"{op}-{opset} to {to}")
+
+
+@pytest.mark.parametrize("opset", [19, 21, 23, 24, 25])
+def test_float8e5m2_to_itself_saturates_its_infinities(opset):
+  # The saturate table (Inf -> FLT_MAX for E5M2) has no same-type exception: onnx.reference
+  # applies it, onnxruntime 1.32 treats the cast as an identity (docs/DEVIATIONS.md, Cast 10).
+  x = np.array([np.inf, -np.inf, np.nan, 3.0, -57344.0], np.float32)
+  for saturate in (1, 0):
+    nodes = [helper.make_node("Cast", ["x"], ["a"], to=T.FLOAT8E5M2, saturate=0),
+             helper.make_node("Cast", ["a"], ["b"], to=T.FLOAT8E5M2, saturate=saturate),
+             helper.make_node("CastLike", ["a", "a"], ["c"], saturate=saturate),
+             helper.make_node("Cast", ["b"], ["y"], to=T.FLOAT),
+             helper.make_node("Cast", ["c"], ["z"], to=T.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [5])],
+                              [helper.make_tensor_value_info(n, T.FLOAT, [5]) for n in "yz"])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 11 if opset >= 24 else 10
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    got = Backend.run_model(model, [x])
+    for g, w in zip(got, want):
+      np.testing.assert_array_equal(g, w)
+    big = 57344.0 if saturate else np.inf
+    np.testing.assert_array_equal(got[0], np.array([big, -big, np.nan, 3.0, -57344.0]))
+    np.testing.assert_array_equal(_ort(model, {"x": x})[0], x)  # onnxruntime: an identity
 
 
 def test_onnxruntime_agrees_except_the_fnuz_inf_rows():

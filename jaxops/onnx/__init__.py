@@ -196,7 +196,7 @@ class BackendRep(_BaseRep):
             "jaxops.onnx: node"):
           raise
         label = _registry.node_label(node.name, adapter.op_type, adapter.since_version)
-        raise type(e)(f"{label}: {e}") from e
+        raise type(e)(f"{label}: {str(e).removeprefix('jaxops.onnx: ')}") from e
       for name, value in zip(node.output, outs):
         if name:
           env[name] = value
