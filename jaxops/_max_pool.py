@@ -67,22 +67,18 @@ class _MaxPlan:
 
 
 def _runs(a: WindowAxis, op: str, axis: int) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
-  taps = a.taps()
-  inside = (taps >= 0) & (taps < a.size)
-  if not np.all(inside.any(axis=1)):
-    o = int(np.argmin(inside.any(axis=1)))
+  first, last = a.inside(0, a.size)
+  if np.any(last == first):
+    o = int(np.argmax(last == first))
     raise ValueError(
         f"{op}: output position {o} along spatial axis {axis} has a window (kernel_shape "
         f"{a.kernel}, dilation {a.dilation}, pads {a.pad_begin}, {a.pad_end}) that covers no "
         f"input element, so its maximum is undefined; use smaller pads or dilations")
-  runs: list[tuple[int, int, tuple[int, ...]]] = []
-  for o in range(a.out_len):
-    read = tuple(int(j) for j in np.flatnonzero(inside[o]))
-    if runs and runs[-1][2] == read:
-      runs[-1] = (runs[-1][0], o + 1, read)
-    else:
-      runs.append((o, o + 1, read))
-  return tuple(runs)
+  # a run ends where the first or the last tap inside the input changes
+  ends = np.flatnonzero((np.diff(first) != 0) | (np.diff(last) != 0)) + 1
+  bounds = [0, *(int(e) for e in ends), a.out_len] if a.out_len else []
+  return tuple((b, e, tuple(range(int(first[b]), int(last[b]))))
+               for b, e in zip(bounds[:-1], bounds[1:]))
 
 
 def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, dilations: Any,

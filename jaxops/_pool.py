@@ -49,10 +49,10 @@ class _AveragePlan:
 @functools.lru_cache(maxsize=512)  # eager calls reuse the divisor tables of a configuration
 def _counts(a: WindowAxis, count_include_pad: bool, axis: int) -> tuple[int, ...]:
   """The divisor of each output position along one axis, as the spec text defines it."""
-  taps = a.taps()
   lo_bound = -a.pad_begin if count_include_pad else 0
   hi_bound = a.size + a.pad_end if count_include_pad else a.size
-  count = ((taps >= lo_bound) & (taps < hi_bound)).sum(axis=1)
+  first, last = a.inside(lo_bound, hi_bound)
+  count = last - first
   if not count_include_pad and np.any(count == 0):
     j = int(np.argmin(count))
     raise ValueError(
@@ -237,7 +237,8 @@ def _one_element_sums(x: jax.Array, axis: int, a: WindowAxis) -> jax.Array:
   else 0 (a window of padding only; a where, not a product, so that inf gives 0 there too).
   XLA's CPU compiler miscompiles the transpose of a dilated reduce_window over such an axis
   (the gradient at a window of padding only was 1, not 0); this transposes into a sum."""
-  hits = np.any(a.taps() == 0, axis=1)
+  first, last = a.inside(0, 1)
+  hits = last > first
   shape = [1] * x.ndim
   shape[axis] = a.out
   return jnp.where(hits.reshape(shape), x, np.zeros((), x.dtype))

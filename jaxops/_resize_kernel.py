@@ -160,11 +160,12 @@ def _gather_sum(x: jax.Array, axis: int, idx: np.ndarray, w: Any) -> jax.Array:
   already the compute dtype).
   """
   out, k = idx.shape
+  live = [c for c in range(k) if np.any(w[:, c])]
+  if len(live) > _UNROLLED_TAPS:
+    return _gather_sum_loop(x, axis, idx[:, live], w[:, live])
   y = None
-  for c in range(k):
+  for c in live:
     col = w[:, c]
-    if not np.any(col):
-      continue
     taps = jnp.take(x, jnp.asarray(idx[:, c]), axis=axis, mode="clip")
     if np.all(col == 1.0):
       term = taps
@@ -176,6 +177,25 @@ def _gather_sum(x: jax.Array, axis: int, idx: np.ndarray, w: Any) -> jax.Array:
     shape[axis] = out
     y = jnp.zeros(shape, x.dtype)
   return y
+
+
+# Most tap columns a pass unrolls into one fusion; past it (antialiased downsampling by a large
+# factor, the transpose of upsampling by one) a loop takes one column per step, so that the
+# program's size, its compile time and XLA's memory while compiling stay bounded (1024 -> 1
+# antialiased took 8 s to compile unrolled, and 1024x1024 -> 1x1 aborted in XLA).
+_UNROLLED_TAPS = 64
+
+
+def _gather_sum_loop(x: jax.Array, axis: int, idx: np.ndarray, w: np.ndarray) -> jax.Array:
+  """``_gather_sum`` over the live columns of ``idx`` and ``w`` (none all zero), one column per
+  step of a ``fori_loop``; the terms are added in the same order."""
+  idx_d, w_d = jnp.asarray(idx.T), jnp.asarray(w.T, x.dtype)  # (K, out): a column is a row
+
+  def term(c: Any) -> jax.Array:
+    taps = jnp.take(x, idx_d[c], axis=axis, mode="clip")
+    return taps * along_axis(w_d[c], axis, x.ndim)
+
+  return lax.fori_loop(1, idx.shape[1], lambda c, y: y + term(c), term(0))
 
 
 # Below this many output bytes a pass is left to XLA's fusion as it likes.

@@ -75,6 +75,15 @@ class WindowAxis:
     negative where trailing input elements are read by no window."""
     return (self.out_len - 1) * self.stride + self.extent - self.size - self.pad_begin
 
+  def inside(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, the first tap number ``j`` whose position lies in ``[lo, hi)`` and one past
+    the last (the taps in between, and only they, are there: positions grow with ``j``; equal
+    where none is), in O(out_len) rather than the (out_len, kernel) positions of ``taps``."""
+    starts = np.arange(self.out_len, dtype=np.int64) * self.stride - self.pad_begin
+    first = np.clip(-((starts - lo) // self.dilation), 0, self.kernel)  # ceil((lo - s) / d)
+    last = np.clip((hi - 1 - starts) // self.dilation + 1, 0, self.kernel)
+    return first, np.maximum(last, first)
+
   def taps(self) -> np.ndarray:
     """``(out_len, kernel)`` input positions of each window's taps (padding outside
     ``[0, size)``)."""

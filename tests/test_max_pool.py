@@ -677,3 +677,26 @@ def test_ceil_mode_window_longer_than_the_padded_input(op, extra, shape, attrs):
   if op == "MaxPool":
     np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-6,
                                atol=1e-7)
+
+
+def test_long_axes_with_large_kernels_match_torch():
+  # The per-window plans are O(windows) on the host: average_pool's divisors and max_pool's
+  # runs once built (windows x kernel) tap tables (1e6 x 1000: 8 GB and 25 s).
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((1, 2, 200_000)).astype(np.float32)
+  xt = torch.tensor(x)
+  for k, s, p, ceil in ((1000, 1, 0, False), (999, 7, 400, True), (3, 1, 1, False)):
+    want = torch.nn.functional.avg_pool1d(xt, k, s, p, ceil_mode=ceil, count_include_pad=False)
+    got = jaxops.average_pool(x, (k,), strides=(s,), pads=(p, p), ceil_mode=ceil)
+    np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=2e-5, atol=2e-6)
+    want = torch.nn.functional.avg_pool1d(xt, k, s, p, ceil_mode=ceil, count_include_pad=True)
+    got = jaxops.average_pool(x, (k,), strides=(s,), pads=(p, p), ceil_mode=ceil,
+                              count_include_pad=True)
+    np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=2e-5, atol=2e-6)
+  for k, s, p, d in ((3, 1, 1, 1), (5, 2, 2, 1000), (2, 1, 0, 50_000)):
+    want, wi = torch.nn.functional.max_pool1d(xt, k, s, p, dilation=d, return_indices=True)
+    got, gi = jaxops.max_pool(x, (k,), strides=(s,), pads=(p, p), dilations=(d,),
+                              return_indices=True)
+    np.testing.assert_array_equal(np.asarray(got), want.numpy())
+    plane = (np.arange(2) * x.shape[-1])[None, :, None]  # torch's indices are per plane
+    np.testing.assert_array_equal(np.asarray(gi), wi.numpy() + plane)

@@ -179,3 +179,16 @@ def test_deviation_half_pixel_symmetric_keep_aspect_window():
   np.testing.assert_allclose(ref[0, 0, :, 16], rows[0, 0, :, 6], rtol=1e-5, atol=1e-6)
   others = [j for j in range(20) if j != 16]
   np.testing.assert_allclose(got[..., others], ref[..., others], rtol=1e-5, atol=1e-5)
+
+
+def test_antialiased_downsampling_by_a_large_factor_matches_onnxruntime():
+  # 1024x1024 -> 1x1 antialiased reads every pixel of each axis (2048-tap columns): a loop over
+  # the tap columns (XLA aborted compiling them unrolled)
+  x = np.random.default_rng(7).random((1, 2, 1024, 1024)).astype(np.float32)
+  for mode in ("linear", "cubic"):
+    sizes = helper.make_tensor("sizes", TensorProto.INT64, [4], [1, 2, 1, 1])
+    model = _model(18, [1, 2, 1024, 1024], ["X", "", "", "sizes"], [sizes], mode=mode,
+                   antialias=1)
+    np.testing.assert_allclose(np.asarray(jaxops.resize(x, sizes=(1, 2, 1, 1), mode=mode,
+                                                        antialias=True)),
+                               _ort(model, x), rtol=2e-6, atol=2e-6)

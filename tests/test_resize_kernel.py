@@ -282,6 +282,28 @@ def test_vjp_is_the_transposed_matrix():
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
+def test_tables_with_many_tap_columns_take_the_loop(axis):
+  # Past _UNROLLED_TAPS live columns a pass loops over them (an unrolled fusion of 2048 gathers
+  # took seconds to compile, and XLA aborted on 1024x1024 -> 1x1 antialiased); values, vjp
+  # (through the inverse table, whose columns are many when the forward's are few) and
+  # gradients against the dense oracle.
+  rng = np.random.default_rng(30 + axis)
+  shape = [3, 4, 5]
+  shape[axis] = 150
+  x = rng.standard_normal(shape)
+  idx, w = _table(rng, 150, 3, _resize_kernel._UNROLLED_TAPS + 40)
+  w[:, 7] = 0.0  # an all-zero column is skipped, as in the unrolled pass
+  y = apply_taps(jnp.asarray(x), axis, idx, w)
+  np.testing.assert_allclose(np.asarray(y), _oracle(x, axis, idx, w), rtol=1e-12, atol=1e-12)
+  ct = rng.standard_normal(y.shape)
+  _, vjp = jax.vjp(lambda v: apply_taps(v, axis, idx, w), jnp.asarray(x))
+  want = np.moveaxis(np.tensordot(_dense(idx, w, 150).T, np.moveaxis(ct, axis, 0), axes=1), 0,
+                     axis)
+  np.testing.assert_allclose(np.asarray(vjp(jnp.asarray(ct))[0]), want, rtol=1e-12, atol=1e-12)
+  check_grads(lambda v: apply_taps(v, axis, idx, w), (x,), order=2, modes=["fwd", "rev"])
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
 def test_check_grads_static_weights(axis):
   rng = np.random.default_rng(axis)
   x = rng.standard_normal((4, 5, 6))
