@@ -253,9 +253,22 @@ def _over_runs(x: jax.Array, plan: _MaxPlan, pooled: tuple[int, ...],
   return join(0, [])
 
 
+# Most taps per window that one unrolled scan compares (a slice and a select each); past it,
+# _argmax_reduce_window: one XLA reduce_window, whose program does not grow with the window
+# (a 32x32 window with indices took 7 s to compile unrolled, 64x64 did not finish in 100 s).
+_UNROLLED_TAPS = 256
+
+
+def _many_taps(axes: tuple[WindowAxis, ...]) -> bool:
+  return (math.prod(a.kernel for a in axes) > _UNROLLED_TAPS
+          and math.prod(a.size for a in axes) <= np.iinfo(np.int32).max)
+
+
 def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
   """(maximum, number of the winning tap in window order) of every window: the first tap
   inside the input starts, a later one wins only if strictly greater."""
+  if _many_taps(plan.axes):
+    return _argmax_reduce_window(x, plan)
   kernel = tuple(a.kernel for a in plan.axes)
   tdtype = _tap_dtype(plan.axes)
 
@@ -272,6 +285,72 @@ def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
   return best, arg
 
 
+def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
+  """``_argmax`` for windows of many taps, as one reduce_window over (value, position) pairs.
+
+  The pairs' order is total, so the reduction may run in any order: the larger value wins,
+  a NaN loses to any number, and of equal values (or two NaNs) the smaller flat position in
+  the plane wins, which within a window is the first tap in window order. That gives each
+  window's largest non-NaN element, first on ties. ``_argmax``'s rule differs where the
+  window's first tap inside the input is NaN (nothing is greater than it, so it stays): those
+  windows take that tap, read with one strided slice per run.
+  """
+  axes, nd = plan.axes, len(plan.axes)
+  lead = x.ndim - nd
+  spatial = tuple(x.shape[lead:])
+  pads = []
+  for i, a in enumerate(axes):  # trailing elements that no window reads are cut, not padded
+    if a.pad_end_read < 0:
+      x = lax.slice_in_dim(x, 0, a.size + a.pad_end_read, axis=lead + i)
+    pads.append((a.pad_begin, max(a.pad_end_read, 0)))
+  floating = jnp.issubdtype(x.dtype, jnp.floating)
+  pos = jnp.broadcast_to(
+      lax.slice(jnp.arange(math.prod(spatial), dtype=np.int32).reshape(spatial),
+                [0] * nd, list(x.shape[lead:])), x.shape)
+
+  def pick(a: tuple[jax.Array, jax.Array], b: tuple[jax.Array, jax.Array]
+           ) -> tuple[jax.Array, jax.Array]:
+    (va, pa), (vb, pb) = a, b
+    tie = va == vb
+    take = vb > va
+    if floating:
+      na, nb = jnp.isnan(va), jnp.isnan(vb)
+      take = take | (na & ~nb)
+      tie = tie | (na & nb)
+    take = take | (tie & (pb < pa))
+    return jnp.where(take, vb, va), jnp.where(take, pb, pa)
+
+  low = np.array(np.nan if floating else _lowest(x.dtype), x.dtype)
+  best, p = lax.reduce_window(
+      (x, pos), (low, np.array(np.iinfo(np.int32).max, np.int32)), pick,
+      (1,) * lead + tuple(a.kernel for a in axes), (1,) * lead + tuple(a.stride for a in axes),
+      [(0, 0)] * lead + pads, window_dilation=(1,) * lead + tuple(a.dilation for a in axes))
+  tdtype = _tap_dtype(axes)
+  arg = jnp.zeros(best.shape, tdtype)
+  unit, inner = 1, 1
+  for i in reversed(range(nd)):
+    a = axes[i]
+    p_i = (p // np.int32(unit)) % np.int32(a.size)  # the position along axis i
+    start = lax.broadcasted_iota(np.int32, best.shape, lead + i) * a.stride - a.pad_begin
+    arg = arg + ((p_i - start) // np.int32(a.dilation)).astype(tdtype) * tdtype.type(inner)
+    unit, inner = unit * a.size, inner * a.kernel
+  if not floating:
+    return best, arg
+  first_plan = dataclasses.replace(plan, runs=tuple(tuple((b, e, read[:1]) for b, e, read in r)
+                                                    for r in plan.runs))
+  kernel = tuple(a.kernel for a in axes)
+  first, first_arg = _over_runs(
+      x, first_plan, tuple(range(nd)),
+      lambda taps: (taps[0][1], jnp.full(taps[0][1].shape,
+                                         int(np.ravel_multi_index(taps[0][0], kernel)), tdtype)))
+  stay = jnp.isnan(first)
+  return jnp.where(stay, first, best), jnp.where(stay, first_arg, arg)
+
+
+def _lowest(dtype: Any) -> Any:
+  return np.iinfo(dtype).min if jnp.issubdtype(dtype, jnp.integer) else False
+
+
 # Fewest taps over the pooled axes but the last that make the two-pass maximum
 # (``_max_values``) pay for its intermediate.
 _TWO_PASS_TAPS = 6
@@ -280,7 +359,7 @@ _TWO_PASS_TAPS = 6
 def _two_pass(plan: _MaxPlan) -> bool:
   *outer, last = plan.axes
   return (bool(outer) and last.stride > 1 and last.kernel > 1 and
-          math.prod(a.kernel for a in outer) >= _TWO_PASS_TAPS)
+          _TWO_PASS_TAPS <= math.prod(a.kernel for a in outer) and not _many_taps(plan.axes))
 
 
 def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
@@ -380,6 +459,8 @@ def _tangent(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.
   is faster; on other platforms, and where windows do not overlap, ``_select_taps``.
   """
   plane = math.prod(a.size for a in axes)
+  if _many_taps(axes):  # _select_taps writes one term per tap
+    return _gather_taps(t, arg, axes)
   if all(a.stride >= a.extent for a in axes) or plane > np.iinfo(np.int32).max:
     return _select_taps(t, arg, axes)
   return lax.platform_dependent(t, arg, cpu=functools.partial(_gather_taps, axes=axes),

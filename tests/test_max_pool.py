@@ -700,3 +700,60 @@ def test_long_axes_with_large_kernels_match_torch():
     np.testing.assert_array_equal(np.asarray(got), want.numpy())
     plane = (np.arange(2) * x.shape[-1])[None, :, None]  # torch's indices are per plane
     np.testing.assert_array_equal(np.asarray(gi), wi.numpy() + plane)
+
+
+def _ort_max_pool(x, **attrs):
+  node = helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+       helper.make_tensor_value_info("i", TensorProto.INT64, None)]),
+      opset_imports=[helper.make_opsetid("", 22)])
+  model.ir_version = 10
+  return ort.InferenceSession(model.SerializeToString(),
+                              providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+def test_windows_of_many_taps_match_onnxruntime(storage_order):
+  # Past _UNROLLED_TAPS taps a window is one reduce_window over (value, position) pairs (an
+  # unrolled scan of 64x64 taps did not compile in 100 s): the NaN rule (a NaN stays only as
+  # the window's first element inside the input), ties to the first, padding never selected.
+  rng = np.random.default_rng(21)
+  x = rng.integers(-3, 4, size=(2, 3, 40, 37)).astype(np.float32)
+  x[rng.random(x.shape) < 0.2] = np.nan
+  x[0, 0, :6, :6] = np.nan  # windows whose first element inside the input is NaN
+  x[1, 2] = -np.inf
+  for attrs in (dict(kernel_shape=[20, 20], strides=[10, 9], pads=[4, 5, 3, 2]),
+                dict(kernel_shape=[9, 33], strides=[5, 1], dilations=[2, 1], ceil_mode=1),
+                dict(kernel_shape=[40, 37])):
+    want_y, want_i = _ort_max_pool(x, storage_order=storage_order, **attrs)
+    y, i = jaxops.max_pool(x, attrs["kernel_shape"], strides=attrs.get("strides"),
+                           pads=attrs.get("pads"), dilations=attrs.get("dilations"),
+                           ceil_mode=bool(attrs.get("ceil_mode", 0)),
+                           storage_order=storage_order, return_indices=True)
+    np.testing.assert_array_equal(np.asarray(y), want_y)
+    np.testing.assert_array_equal(np.asarray(i), want_i)
+    np.testing.assert_array_equal(np.asarray(jaxops.max_pool(
+        x, attrs["kernel_shape"], strides=attrs.get("strides"), pads=attrs.get("pads"),
+        dilations=attrs.get("dilations"), ceil_mode=bool(attrs.get("ceil_mode", 0)))), want_y)
+
+
+def test_windows_of_many_taps_gradient_and_adaptive_max_match_torch():
+  rng = np.random.default_rng(22)
+  x = rng.standard_normal((2, 3, 40, 40))
+  xt = torch.tensor(x, requires_grad=True)
+  (torch.nn.functional.max_pool2d(xt, 20, 10, 5) ** 2).sum().backward()
+  g = jax.grad(lambda v: jnp.sum(jaxops.max_pool(v, (20, 20), strides=(10, 10),
+                                                 pads=(5, 5, 5, 5)) ** 2))(x)
+  np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+  # jaxops.torch's adaptive max: windows longer than _AMAX_UNROLLED_TAPS along an axis are one
+  # variadic reduce (torch's rule: the last NaN, else the first maximum)
+  import jaxops.torch as F
+  a = rng.integers(-2, 3, size=(2, 3, 300, 130)).astype(np.float64)
+  a[0, 0][rng.random(a.shape[2:]) < 0.001] = np.nan  # other planes: ties among 2s
+  for out in ((1, 1), (2, 1), (3, 2)):
+    wy, wi = torch.nn.functional.adaptive_max_pool2d(torch.tensor(a), out, return_indices=True)
+    y, i = F.adaptive_max_pool2d(a, out, return_indices=True)
+    np.testing.assert_array_equal(np.asarray(y), wy.numpy())
+    np.testing.assert_array_equal(np.asarray(i), wi.numpy())
