@@ -309,7 +309,9 @@ def _interp_jit(x: jax.Array, cfg: _Interp) -> jax.Array:
     for axis, idx, _ in passes:
       x = jnp.take(x, jnp.asarray(idx[:, 0]), axis=axis)
     return x
-  return _resize_kernel.apply_separable(x, passes)
+  # float16 and bfloat16 in float32, rounded once (not after each pass)
+  return _resize_kernel.apply_separable(x.astype(_checks.compute_dtype(x.dtype)),
+                                        passes).astype(x.dtype)
 
 
 def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
@@ -581,7 +583,9 @@ def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive) -> jax.Array:
     out = jnp.where(neg, jnp.asarray(-jnp.inf, a.dtype), out)
     return jnp.where(nan | (pos & neg), jnp.asarray(jnp.nan, a.dtype), out)
 
-  return lax.cond(jnp.any(jnp.isinf(x)), infinite, plain, x)
+  # float16 and bfloat16 in float32, rounded once (not after each pass)
+  x32 = x.astype(_checks.compute_dtype(x.dtype))
+  return lax.cond(jnp.any(jnp.isinf(x32)), infinite, plain, x32).astype(x.dtype)
 
 
 def _adaptive_uneven_t_impl(ct: jax.Array, *, cfg: _Adaptive) -> jax.Array:
@@ -1159,8 +1163,12 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
     a = x * jnp.sign(x)  # |x| with torch's derivative sign(x): 0 at 0 (jnp.abs gives 1)
     return sign * mx(sign * a, kernel_size, stride, 0, 1, ceil_mode)
   avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
-  a = avg(_pow_scalar(x, p), kernel_size, stride, 0, ceil_mode)
-  return _pow_scalar(jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k), 1.0 / p)
+  # float16 and bfloat16 in float32, rounded once (each step of the chain rounded eagerly, and
+  # jit, which fuses the steps, did not: their results differed)
+  v = x.astype(_checks.compute_dtype(x.dtype))
+  a = avg(_pow_scalar(v, p), kernel_size, stride, 0, ceil_mode)
+  return _pow_scalar(jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k), 1.0 / p).astype(
+      x.dtype)
 
 
 def _pow_scalar(v: jax.Array, e: float) -> jax.Array:
