@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import jax
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 E = TypeVar("E", bound="StrEnum")
 R = TypeVar("R")
@@ -317,6 +318,29 @@ def compute_dtype(dtype: Any) -> np.dtype:
   """The dtype a floating computation runs in: float32 for float16/bfloat16, else ``dtype``."""
   dtype = np.dtype(dtype)
   return np.dtype(np.float32) if dtype in _HALF_DTYPES else dtype
+
+
+def no_tangent(v: Any) -> Any:
+  """The tangent of an integer output ``v`` of a ``custom_jvp`` rule registered with
+  ``symbolic_zeros=True``: a symbolic zero of ``v``'s own tangent type. ``np.zeros(shape,
+  float0)`` lacks the varying mesh axes ``v`` has inside ``shard_map``, and JAX refuses it
+  there."""
+  return SymbolicZero(jax.typeof(v).to_tangent_aval())
+
+
+def dense_tangent(t: Any) -> Any:
+  """An input tangent of such a rule as an array: a symbolic zero instantiated."""
+  return jax.numpy.zeros(t.shape, t.dtype) if isinstance(t, SymbolicZero) else t
+
+
+def zeros_like_type(s: Any, shape: Any = None, dtype: Any = None) -> Any:
+  """Zeros of the shape, dtype and (inside ``shard_map``) varying mesh axes of ``s`` (an abstract
+  value or ``jax.eval_shape``'s result; ``shape`` and ``dtype`` replace its own): where a
+  ``cond``'s other branch gives values that vary over mesh axes, zeros that do not are a
+  different type, and JAX refuses the ``cond``."""
+  z = jax.numpy.zeros(s.shape if shape is None else shape, s.dtype if dtype is None else dtype)
+  varying = getattr(getattr(s, "manual_axis_type", None), "varying", None)
+  return jax.lax.pcast(z, tuple(varying), to="varying") if varying else z
 
 
 def along_axis(vector: Any, axis: int, ndim: int) -> Any:

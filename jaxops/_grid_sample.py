@@ -490,7 +490,7 @@ def _materialised(fn: Any, *args: jax.Array) -> Any:
   """
   shapes = jax.eval_shape(fn, *args)
   return jax.lax.cond(_hidden_true(), fn,
-                      lambda *_: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+                      lambda *_: jax.tree.map(lambda s: _checks.zeros_like_type(s), shapes),
                       *args)
 
 
@@ -678,7 +678,7 @@ def _tangent_transpose(ct: Any, tx: Any, coef: Any, xt: Any, flat: Any, g: Any, 
   ctm = jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), ct.transpose(0, 2, 1))
   coef_ct, one = None, jnp.ones((), cdt)
   if coef_undefined:
-    aval = jax.ShapeDtypeStruct(coef.aval.shape, coef.aval.dtype)
+    aval = coef.aval.update(weak_type=False)  # (with its varying mesh axes, in shard_map)
     coef_ct = jax.linear_transpose(lambda c: _weighted_taps(xt, flat, c), aval)(ctm)[0]
     # (coef_ct, 1), on the CPU from a conditional's branch: what is computed from the one can
     # be scheduled only once coef_ct exists
@@ -718,7 +718,8 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
   an accumulator of zeros."""
   n, c, *spatial = x_aval.shape
   lay = _block_layout(tuple(x_aval.shape), g.shape[1], cfg, cdt)
-  xm_aval = jax.ShapeDtypeStruct(lay.xm_shape, cdt)
+  # (x_aval's varying mesh axes kept, in shard_map)
+  xm_aval = x_aval.update(shape=lay.xm_shape, dtype=cdt, weak_type=False)
   # chunk-major, as ``_block_rows``' map stacks them, and through the conditional of
   # ``_then_zeros``, which the accumulator's zeros come from: XLA then keeps the cotangent in the
   # samples' layout in the output's block and makes its chunk-major copy in the conditional,
@@ -727,7 +728,8 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
   # with the zeros from the grid's conditional)
   gs, cs = (_chunked_points(a, lay).transpose(1, 0, 2, 3) for a in (g, ctm))   # (T, N, Mc, ...)
   cs, zeros = jax.lax.platform_dependent(cs, cpu=functools.partial(_then_zeros, cdt),
-                                         default=lambda a: (a, jnp.zeros((n,), cdt)))
+                                         default=lambda a: (a, _checks.zeros_like_type(
+                                             jax.typeof(a), (n,), cdt)))
   acc = jnp.broadcast_to(zeros.reshape((n,) + (1,) * (len(lay.xm_shape) - 1)), lay.xm_shape)
 
   def body(i: jax.Array, acc: jax.Array) -> jax.Array:
@@ -740,7 +742,7 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
   if lay.chunks:  # no points: nothing to add
     acc = jax.lax.fori_loop(0, lay.chunks, body, acc)
   return jax.linear_transpose(lambda a: _block_input(a, cfg, cdt, lay),
-                              jax.ShapeDtypeStruct(x_aval.shape, x_aval.dtype))(acc)[0]
+                              x_aval.update(weak_type=False))(acc)[0]
 
 
 _tangent_p.def_impl(_tangent_impl)

@@ -41,10 +41,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import batching
+from jax.interpreters import mlir
 
 from jaxops._checks import (ConfigCache, as_array, cache_key, check_output_size, concrete,
-                            floating_input, global_pool_input, index_array, int_tuple,
-                            static_bool, value_error)
+                            dense_tangent, floating_input, global_pool_input, index_array,
+                            int_tuple, no_tangent, static_bool, value_error)
+from jaxops._fused_sum import partitioned
 from jaxops._window import WindowAxis, window_plan
 
 _FLOATS = tuple(np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
@@ -389,9 +393,38 @@ def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   (y,) = _over_runs(lax.optimization_barrier(m), plan, (nd - 1,), any_nan_max)
   if not floating:
     return y
+  return _nan_windows_p.bind(y, x, plan=plan)
+
+
+def _nan_windows(y: jax.Array, x: jax.Array, *, plan: _MaxPlan,
+                 partitioned: bool = False) -> jax.Array:
+  """``y`` (the two-pass maxima, NaN where a window holds one) with those windows computed
+  again by ``_argmax``'s rule, only if there is one: a conditional. A primitive, so that its
+  lowering knows whether the program is compiled for several devices, where the conditional's
+  predicate (a NaN anywhere) would need an all-reduce: there, every window by ``_argmax``'s
+  rule where ``y`` is NaN, unconditionally."""
+  if partitioned:
+    return jnp.where(jnp.isnan(y), _argmax(x, plan)[0], y)
   # (isnan inside the branch: outside it, XLA computes the second pass again for it)
   return lax.cond(jnp.any(jnp.isnan(y)),
                   lambda: jnp.where(jnp.isnan(y), _argmax(x, plan)[0], y), lambda: y)
+
+
+def _nan_windows_batch(args: Any, dims: Any, *, plan: _MaxPlan) -> tuple[jax.Array, int]:
+  # the pooled axes are the trailing ones: a batch axis goes first
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+  y, x = (jnp.moveaxis(a, d, 0) if d is not None
+          else jnp.broadcast_to(a, (size,) + a.shape) for a, d in zip(args, dims))
+  return _nan_windows_p.bind(y, x, plan=plan), 0
+
+
+_nan_windows_p = Primitive("jaxops_max_pool_nan_windows")
+_nan_windows_p.def_impl(jax.jit(_nan_windows, static_argnames=("plan",)))
+_nan_windows_p.def_abstract_eval(lambda y, x, *, plan: y)
+mlir.register_lowering(_nan_windows_p, lambda ctx, y, x, *, plan: mlir.lower_fun(
+    functools.partial(_nan_windows, plan=plan, partitioned=partitioned(ctx)),
+    multiple_results=False)(ctx, y, x))
+batching.primitive_batchers[_nan_windows_p] = _nan_windows_batch
 
 
 def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
@@ -483,11 +516,13 @@ def _values_and_taps(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array
   return _argmax(x, plan)
 
 
-@_values_and_taps.defjvp
 def _values_and_taps_jvp(plan: _MaxPlan, primals: tuple[Any, ...],
                          tangents: tuple[Any, ...]) -> tuple[Any, Any]:
-  y, arg, ty = _jvp(plan, primals[0], tangents[0])
-  return (y, arg), (ty, np.zeros(arg.shape, jax.dtypes.float0))
+  y, arg, ty = _jvp(plan, primals[0], dense_tangent(tangents[0]))
+  return (y, arg), (ty, no_tangent(arg))
+
+
+_values_and_taps.defjvp(_values_and_taps_jvp, symbolic_zeros=True)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))

@@ -73,6 +73,7 @@ from jax.typing import ArrayLike
 
 import jaxops
 from jaxops import _checks
+from jaxops import _fused_sum
 from jaxops import _max_pool as _max_pool_module
 from jaxops import _resize_kernel
 from jaxops import _torch_uint8
@@ -558,7 +559,8 @@ def _adaptive_uneven_t(ct: jax.Array, cfg: _Adaptive) -> jax.Array:
   return _adaptive_uneven_t_p.bind(ct, cfg=cfg)
 
 
-def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive) -> jax.Array:
+def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive, partitioned: bool = False
+                          ) -> jax.Array:
   """Uneven adaptive average pooling: the separable taps forward. Its transpose (the backward
   pass) multiplies the cotangent by each axis' small dense pooling matrix (``(out, in)``, at
   most two nonzeros per input column) with XLA's dot: the transposed taps are an upsampling
@@ -585,10 +587,13 @@ def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive) -> jax.Array:
 
   # float16 and bfloat16 in float32, rounded once (not after each pass)
   x32 = x.astype(_checks.compute_dtype(x.dtype))
+  if partitioned:  # a predicate over the whole array would need a collective: the general way
+    return infinite(x32).astype(x.dtype)
   return lax.cond(jnp.any(jnp.isinf(x32)), infinite, plain, x32).astype(x.dtype)
 
 
-def _adaptive_uneven_t_impl(ct: jax.Array, *, cfg: _Adaptive) -> jax.Array:
+def _adaptive_uneven_t_impl(ct: jax.Array, *, cfg: _Adaptive, partitioned: bool = False
+                            ) -> jax.Array:
   lead = ct.ndim - len(cfg.axes)
   mats = [(lead + d, m) for d, ((n, o), m) in enumerate(zip(cfg.axes, _adaptive_matrices(cfg)))
           if n != o]
@@ -612,6 +617,8 @@ def _adaptive_uneven_t_impl(ct: jax.Array, *, cfg: _Adaptive) -> jax.Array:
   # materialised once: the check and the branch read it (XLA would otherwise fuse the forward
   # into each, computing it again)
   c32 = lax.optimization_barrier(ct.astype(_checks.compute_dtype(ct.dtype)))
+  if partitioned:  # as the forward: no predicate over the whole array
+    return non_finite(c32).astype(ct.dtype)
   return lax.cond(jnp.isfinite(jnp.sum(c32 * 0)), dense, non_finite, c32).astype(ct.dtype)
 
 
@@ -629,7 +636,11 @@ for _prim, _impl, _side, _other in (
   _prim.def_impl(jax.jit(_impl, static_argnames=("cfg",)))
   _prim.def_abstract_eval(
       lambda v, *, cfg, _side=_side: v.update(shape=_adaptive_shape(v.shape, cfg, _side)))
-  mlir.register_lowering(_prim, mlir.lower_fun(_impl, multiple_results=False))
+  # compiled for several devices, the conditional on inf or NaN anywhere is left out (its
+  # predicate would need an all-reduce): the general branch, right for every input
+  mlir.register_lowering(_prim, lambda ctx, v, *, cfg, _impl=_impl: mlir.lower_fun(
+      functools.partial(_impl, partitioned=_fused_sum.partitioned(ctx)),
+      multiple_results=False)(ctx, v, cfg=cfg))
   ad.deflinear2(_prim, lambda ct, v, *, cfg, _other=_other: [_other(ct, cfg)])
   # the pooled axes are the trailing ones: the batch axis goes first
   batching.primitive_batchers[_prim] = lambda args, dims, *, cfg, _prim=_prim: (
@@ -1949,17 +1960,21 @@ def _amax(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Array, j
   return _amax_forward(x, axes)
 
 
-@_amax.defjvp
 def _amax_jvp(axes: tuple[tuple[int, int], ...], primals: tuple[Any, ...],
               tangents: tuple[Any, ...]) -> tuple[Any, Any]:
   """The tangent of the selected element: a gather at the index, so the backward pass is a
-  scatter-add of one value per output (torch's backward)."""
+  scatter-add of one value per output (torch's backward). Within each plane, the leading axes
+  kept apart (merged, a batch- or channel-sharded call needed an all-gather)."""
   (x,), (t,) = primals, tangents
   y, pos = _amax_forward(x, axes)
-  planes = math.prod(x.shape[:x.ndim - len(axes)])
-  ty = jnp.take_along_axis(t.reshape(planes, -1), lax.stop_gradient(pos).reshape(planes, -1),
-                           axis=1, mode="clip").reshape(y.shape)
-  return (y, pos), (ty, np.zeros(pos.shape, jax.dtypes.float0))
+  lead = x.shape[:x.ndim - len(axes)]
+  ty = jnp.take_along_axis(_checks.dense_tangent(t).reshape(lead + (-1,)),
+                           lax.stop_gradient(pos).reshape(lead + (-1,)), axis=-1,
+                           mode="clip").reshape(y.shape)
+  return (y, pos), (ty, _checks.no_tangent(pos))
+
+
+_amax.defjvp(_amax_jvp, symbolic_zeros=True)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))

@@ -35,7 +35,8 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
        "average_pool_pads_ceil", "global_average_pool", "cast_float16", "cast_float8e4m3fn",
        "cast_int8", "cast_bfloat16", "grad_resize_linear", "grad_average_pool", "max_pool",
        "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
-       "global_max_pool")
+       "global_max_pool", "max_pool_3d", "torch_adaptive_avg_uneven",
+       "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max")
 # grid_sample, affine_grid and roi_align: each batch element's grid (theta, roi set) comes from
 # that element, so batch sharding needs no collective; the grid mixes channels, so channel
 # sharding may need them (only the batch layout is asserted for these).
@@ -49,6 +50,7 @@ def _worker_cases():
   import jax.numpy as jnp
 
   import jaxops
+  import jaxops.torch
 
   shape = (16, 8, 12, 10)
 
@@ -115,6 +117,19 @@ def _worker_cases():
       "grad_lp_pool": (jax.grad(lambda x: jnp.sum(jnp.sin(jaxops.lp_pool(
           x, (3, 3), strides=(2, 2))))), shape, jnp.float32),
       "global_max_pool": (jaxops.global_max_pool, shape, jnp.float32),
+      # the two-pass maximum, whose NaN check is a conditional only on one device (its
+      # predicate, a NaN anywhere, would need an all-reduce)
+      "max_pool_3d": (functools.partial(jaxops.max_pool, kernel_shape=(3, 3, 3),
+                                        strides=(2, 2, 2), pads=(1,) * 6),
+                      (16, 8, 6, 8, 10), jnp.float32),
+      # jaxops.torch's uneven adaptive windows (likewise for their check for inf), and the
+      # adaptive maximum's gradient, a gather within each plane
+      "torch_adaptive_avg_uneven": (lambda x: jaxops.torch.adaptive_avg_pool2d(x, (5, 3)),
+                                    shape, jnp.float32),
+      "grad_torch_adaptive_avg_uneven": (jax.grad(lambda x: jnp.sum(jnp.sin(
+          jaxops.torch.adaptive_avg_pool2d(x, (5, 3))))), shape, jnp.float32),
+      "grad_torch_adaptive_max": (jax.grad(lambda x: jnp.sum(jnp.sin(
+          jaxops.torch.adaptive_max_pool2d(x, (5, 3))))), shape, jnp.float32),
   }
 
 
@@ -195,7 +210,8 @@ def _run_worker(group: tuple[str, ...]) -> dict:
 # One subprocess per op family (one test each), so that pytest -n 2 runs them side by side.
 # (max_unpool is not here: its flat-index scatter is not plane-local, XLA gathers for it)
 _MAX_LP = ("max_pool", "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
-           "global_max_pool")
+           "global_max_pool", "max_pool_3d", "torch_adaptive_avg_uneven",
+           "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max")
 GROUPS = {
     "resize": tuple(o for o in OPS if "resize" in o),
     "pool_cast": tuple(o for o in OPS if "resize" not in o and o not in _MAX_LP),
@@ -241,5 +257,71 @@ def test_sharded_equals_unsharded_without_collectives(group):
   assert not problems, "\n".join(problems)
 
 
+def _shard_map_worker() -> None:
+  """Gradients through ``jax.shard_map`` (JAX's default ``check_vma=True``), each against the
+  same gradient without it: jaxops' own primitives, conditionals and custom rules must keep the
+  mesh axes their values vary over."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax.sharding import Mesh
+  from jax.sharding import PartitionSpec as P
+
+  import jaxops
+  import jaxops.torch as F
+
+  mesh = Mesh(np.array(jax.devices()), ("b",))
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((8, 3, 8, 8)).astype(np.float32)
+  g = rng.uniform(-1.2, 1.2, (8, 8, 8, 2)).astype(np.float32)
+  x5 = rng.standard_normal((8, 2, 4, 5, 6)).astype(np.float32)
+  g5 = rng.uniform(-1.2, 1.2, (8, 3, 4, 5, 3)).astype(np.float32)
+  cases = {
+      "resize linear": (lambda v: jaxops.resize(v, scales=(1, 1, 2, 2), mode="linear"), (x,)),
+      "resize cubic antialias": (lambda v: jaxops.resize(v, scales=(1, 1, 0.5, 0.5),
+                                                         mode="cubic", antialias=True), (x,)),
+      "interpolate bilinear": (lambda v: F.interpolate(v, scale_factor=2, mode="bilinear"),
+                               (x,)),
+      "max_pool indices": (lambda v: jaxops.max_pool(v, (2, 2), strides=(2, 2),
+                                                     return_indices=True)[0], (x,)),
+      "max_pool then max_unpool": (lambda v: jaxops.max_unpool(*jaxops.max_pool(
+          v, (2, 2), strides=(2, 2), return_indices=True), (2, 2), strides=(2, 2)), (x,)),
+      "torch max_pool2d indices": (lambda v: F.max_pool2d(v, 2, 2, return_indices=True)[0],
+                                   (x,)),
+      "torch adaptive_max_pool2d": (lambda v: F.adaptive_max_pool2d(v, (3, 5)), (x,)),
+      "torch adaptive_avg_pool2d": (lambda v: F.adaptive_avg_pool2d(v, (3, 5)), (x,)),
+      "grid_sample x and grid": (jaxops.grid_sample, (x, g)),
+      "grid_sample cubic border": (lambda a, b: jaxops.grid_sample(
+          a, b, mode="cubic", padding_mode="border"), (x, g)),
+      "grid_sample 3-D": (jaxops.grid_sample, (x5, g5)),
+      "spatial transformer": (lambda a, t: jaxops.grid_sample(a, jaxops.affine_grid(
+          t + 0.1 * a[:, 0, 0, :3][:, None, :], a.shape)),
+                              (x, rng.standard_normal((8, 2, 3)).astype(np.float32))),
+  }
+  report = {}
+  for name, (fn, args) in cases.items():
+    argnums = tuple(range(len(args)))
+    sm = jax.shard_map(fn, mesh=mesh, in_specs=(P("b"),) * len(args), out_specs=P("b"))
+    try:
+      got = jax.grad(lambda *a: jnp.sum(jnp.sin(sm(*a))), argnums=argnums)(*args)
+      want = jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=argnums)(*args)
+      diff = max(float(np.max(np.abs(np.asarray(u) - np.asarray(w)) / (1 + np.abs(w))))
+                 for u, w in zip(got, want))
+      report[name] = "ok" if diff < 1e-5 else f"differs by {diff}"
+    except Exception as e:  # noqa: BLE001  (reported to the parent, which fails the test)
+      report[name] = f"{type(e).__name__}: {str(e)[:300]}"
+  print("REPORT " + json.dumps({"devices": len(jax.devices()), "cases": report}))
+
+
+@pytest.mark.slow
+def test_gradients_through_shard_map():
+  cases = _run_worker(("--shard-map",))
+  bad = {k: v for k, v in cases.items() if v != "ok"}
+  assert len(cases) >= 12 and not bad, bad
+
+
 if __name__ == "__main__":
-  _worker(sys.argv[1:])
+  if sys.argv[1:] == ["--shard-map"]:
+    _shard_map_worker()
+  else:
+    _worker(sys.argv[1:])
