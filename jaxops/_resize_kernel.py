@@ -24,7 +24,7 @@ parameters).
 
 Device plan (CPU-tuned, measured against onnxruntime / torch / jax.image): each pass is one
 fused loop of K gathers (one ``take`` per tap column, all-zero columns skipped) and a weighted
-sum. Between passes that both read more than one tap, the result is materialised behind a fusion
+sum; past ``_UNROLLED_TAPS`` live columns, a loop over the columns instead. Between passes that both read more than one tap, the result is materialised behind a fusion
 barrier (a join along the minor dimension, see ``_materialized``); without it XLA fuses the passes
 and recomputes K1*K2 taps per element. ``apply_separable`` orders the passes (shrinking first,
 the minor axis, where gathers cannot vectorise, on the smallest array) and drops the barrier

@@ -645,6 +645,7 @@ for _prim, _impl, _side, _other in (
   # the pooled axes are the trailing ones: the batch axis goes first
   batching.primitive_batchers[_prim] = lambda args, dims, *, cfg, _prim=_prim: (
       _prim.bind(jnp.moveaxis(args[0], dims[0], 0), cfg=cfg), 0)
+del _prim, _impl, _side, _other
 
 
 def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any) -> _Adaptive:
@@ -1967,10 +1968,10 @@ def _amax_jvp(axes: tuple[tuple[int, int], ...], primals: tuple[Any, ...],
   kept apart (merged, a batch- or channel-sharded call needed an all-gather)."""
   (x,), (t,) = primals, tangents
   y, pos = _amax_forward(x, axes)
+  t = _checks.dense_tangent(t)
   lead = x.shape[:x.ndim - len(axes)]
-  ty = jnp.take_along_axis(_checks.dense_tangent(t).reshape(lead + (-1,)),
-                           lax.stop_gradient(pos).reshape(lead + (-1,)), axis=-1,
-                           mode="clip").reshape(y.shape)
+  ty = jnp.take_along_axis(t.reshape(lead + (-1,)), lax.stop_gradient(pos).reshape(lead + (-1,)),
+                           axis=-1, mode="clip").reshape(y.shape)
   return (y, pos), (ty, _checks.no_tangent(pos))
 
 
