@@ -478,8 +478,10 @@ def _gather_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> 
   lead = t.ndim - len(axes)
   small = max(t.shape[:lead] + (math.prod(t.shape[lead:]),), default=1) <= np.iinfo(np.int16).max
   index = _plane_index(arg, axes, t.shape[lead:], 0, np.dtype(np.int16 if small else np.int32))
-  flat = t.reshape(t.shape[:lead] + (-1,))
-  taken = jnp.take_along_axis(flat, index.reshape(index.shape[:lead] + (-1,)), axis=-1,
+  # (explicit lengths: -1 is ambiguous in an empty batch)
+  flat = t.reshape(t.shape[:lead] + (math.prod(t.shape[lead:]),))
+  taken = jnp.take_along_axis(flat, index.reshape(index.shape[:lead] +
+                                                  (math.prod(index.shape[lead:]),)), axis=-1,
                               mode="promise_in_bounds")
   return taken.reshape(arg.shape)
 

@@ -289,7 +289,8 @@ _taps_p = Primitive("jaxops_resize_taps")
 def _out_aval(x: Any, axis: int, table: Table) -> jax.core.ShapedArray:
   shape = list(x.shape)
   shape[axis] = table.n_out
-  return x.update(shape=tuple(shape))  # (keeps the varying mesh axes of shard_map, too)
+  # (keeps the varying mesh axes of shard_map, too)
+  return x.update(shape=tuple(shape), weak_type=False)
 
 
 _taps_p.def_abstract_eval(lambda x, *, axis, table, barrier, plan: _out_aval(x, axis, table))

@@ -635,7 +635,8 @@ for _prim, _impl, _side, _other in (
     (_adaptive_uneven_t_p, _adaptive_uneven_t_impl, 0, _adaptive_uneven)):
   _prim.def_impl(jax.jit(_impl, static_argnames=("cfg",)))
   _prim.def_abstract_eval(
-      lambda v, *, cfg, _side=_side: v.update(shape=_adaptive_shape(v.shape, cfg, _side)))
+      lambda v, *, cfg, _side=_side: v.update(shape=_adaptive_shape(v.shape, cfg, _side),
+                                               weak_type=False))
   # compiled for several devices, the conditional on inf or NaN anywhere is left out (its
   # predicate would need an all-reduce): the general branch, right for every input
   mlir.register_lowering(_prim, lambda ctx, v, *, cfg, _impl=_impl: mlir.lower_fun(
@@ -1967,7 +1968,9 @@ def _amax_jvp(axes: tuple[tuple[int, int], ...], primals: tuple[Any, ...],
   scatter-add of one value per output (torch's backward). Within each plane, the leading axes
   kept apart (merged, a batch- or channel-sharded call needed an all-gather)."""
   (x,), (t,) = primals, tangents
-  y, pos = _amax_forward(x, axes)
+  # the primal through the custom rule again, so that higher derivatives take it too (JAX's
+  # own rule for the variadic reduce of long windows fails at second order)
+  y, pos = _amax(x, axes)
   t = _checks.dense_tangent(t)
   lead = x.shape[:x.ndim - len(axes)]
   ty = jnp.take_along_axis(t.reshape(lead + (-1,)), lax.stop_gradient(pos).reshape(lead + (-1,)),

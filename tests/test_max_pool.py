@@ -757,3 +757,31 @@ def test_windows_of_many_taps_gradient_and_adaptive_max_match_torch():
     y, i = F.adaptive_max_pool2d(a, out, return_indices=True)
     np.testing.assert_array_equal(np.asarray(y), wy.numpy())
     np.testing.assert_array_equal(np.asarray(i), wi.numpy())
+
+
+def test_long_adaptive_max_windows_second_order_and_empty_batches():
+  # The adaptive max of windows longer than _AMAX_UNROLLED_TAPS is a variadic reduce, which
+  # JAX cannot differentiate: the custom rule takes its primal through itself, so a Hessian
+  # works, equal to torch's. And max_pool's gradient on an empty batch (a -1 reshape there).
+  import jaxops.torch as F
+  x = np.random.default_rng(23).standard_normal((1, 2, 70))
+  for out in (1, 3):
+    hess = jax.hessian(lambda z: jnp.sum(F.adaptive_max_pool1d(z, out) ** 3))(x)
+    want = torch.autograd.functional.hessian(
+        lambda z: (torch.nn.functional.adaptive_max_pool1d(z, out) ** 3).sum(), torch.tensor(x))
+    np.testing.assert_allclose(np.asarray(hess), want.numpy(), rtol=1e-12, atol=1e-12)
+  for k in ((3, 3), (20, 20)):
+    g = jax.grad(lambda v: jnp.sum(jaxops.max_pool(v, k, strides=(2, 2)) ** 2))(
+        jnp.zeros((0, 2, 20, 20)))
+    assert g.shape == (0, 2, 20, 20)
+
+
+def test_results_are_not_weakly_typed():
+  # a weakly typed input (a broadcast Python float) gives a strongly typed result, as the
+  # even paths do: adding a float16 keeps the result's type
+  import jaxops.torch as F
+  w = jnp.broadcast_to(2.0, (1, 1, 6, 4))
+  assert w.weak_type
+  for y in (F.adaptive_avg_pool2d(w, (4, 3)), F.adaptive_avg_pool2d(w, (3, 2)),
+            jaxops.resize(w, scales=(1, 1, 2, 2), mode="linear")):
+    assert not y.weak_type and (y + jnp.float16(1)).dtype == w.dtype
