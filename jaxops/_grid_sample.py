@@ -490,7 +490,7 @@ def _materialised(fn: Any, *args: jax.Array) -> Any:
   """
   shapes = jax.eval_shape(fn, *args)
   return jax.lax.cond(_hidden_true(), fn,
-                      lambda *_: jax.tree.map(lambda s: _checks.zeros_like_type(s), shapes),
+                      lambda *_: jax.tree.map(_checks.zeros_like_type, shapes),
                       *args)
 
 

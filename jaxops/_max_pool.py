@@ -324,7 +324,7 @@ def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.
     take = take | (tie & (pb < pa))
     return jnp.where(take, vb, va), jnp.where(take, pb, pa)
 
-  low = np.array(np.nan if floating else _lowest(x.dtype), x.dtype)
+  low = np.array(np.nan if floating else np.iinfo(x.dtype).min, x.dtype)
   best, p = lax.reduce_window(
       (x, pos), (low, np.array(np.iinfo(np.int32).max, np.int32)), pick,
       (1,) * lead + tuple(a.kernel for a in axes), (1,) * lead + tuple(a.stride for a in axes),
@@ -349,10 +349,6 @@ def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.
                                          int(np.ravel_multi_index(taps[0][0], kernel)), tdtype)))
   stay = jnp.isnan(first)
   return jnp.where(stay, first, best), jnp.where(stay, first_arg, arg)
-
-
-def _lowest(dtype: Any) -> Any:
-  return np.iinfo(dtype).min if jnp.issubdtype(dtype, jnp.integer) else False
 
 
 # Fewest taps over the pooled axes but the last that make the two-pass maximum

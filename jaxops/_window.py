@@ -78,17 +78,11 @@ class WindowAxis:
   def inside(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Per window, the first tap number ``j`` whose position lies in ``[lo, hi)`` and one past
     the last (the taps in between, and only they, are there: positions grow with ``j``; equal
-    where none is), in O(out_len) rather than the (out_len, kernel) positions of ``taps``."""
+    where none is), in O(out_len) rather than from every tap's position (out_len x kernel)."""
     starts = np.arange(self.out_len, dtype=np.int64) * self.stride - self.pad_begin
     first = np.clip(-((starts - lo) // self.dilation), 0, self.kernel)  # ceil((lo - s) / d)
     last = np.clip((hi - 1 - starts) // self.dilation + 1, 0, self.kernel)
     return first, np.maximum(last, first)
-
-  def taps(self) -> np.ndarray:
-    """``(out_len, kernel)`` input positions of each window's taps (padding outside
-    ``[0, size)``)."""
-    starts = np.arange(self.out_len) * self.stride - self.pad_begin
-    return starts[:, None] + self.dilation * np.arange(self.kernel)[None, :]
 
   # Short names read by _pool._taps_sum / _pool._window_sum (their bodies are tuned in place).
   k = property(lambda self: self.kernel)
