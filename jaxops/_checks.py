@@ -337,10 +337,41 @@ def zeros_like_type(s: Any, shape: Any = None, dtype: Any = None) -> Any:
   """Zeros of the shape, dtype and (inside ``shard_map``) varying mesh axes of ``s`` (an abstract
   value or ``jax.eval_shape``'s result; ``shape`` and ``dtype`` replace its own): where a
   ``cond``'s other branch gives values that vary over mesh axes, zeros that do not are a
-  different type, and JAX refuses the ``cond``."""
-  z = jax.numpy.zeros(s.shape if shape is None else shape, s.dtype if dtype is None else dtype)
+  different type, and JAX refuses the ``cond``. Of its own shape, on a mesh with explicit axes,
+  they also take its sharding (``explicit_spec``)."""
+  spec = explicit_spec(s) if shape is None else None
+  z = jax.numpy.zeros(s.shape if shape is None else shape, s.dtype if dtype is None else dtype,
+                      **({} if spec is None else {"out_sharding": jax.P(*spec)}))
   varying = getattr(getattr(s, "manual_axis_type", None), "varying", None)
   return jax.lax.pcast(z, tuple(varying), to="varying") if varying else z
+
+
+def explicit_spec(x: Any) -> tuple[Any, ...] | None:
+  """The partition spec (one entry per axis) in the type of ``x`` (an array, tracer or abstract
+  value) where it names a mesh axis: arrays on a mesh with explicit axes (``jax.sharding.
+  AxisType.Explicit``), whose shardings JAX's shape rules track; None otherwise."""
+  aval = x if isinstance(x, jax.core.ShapedArray) else jax.typeof(x)
+  spec = getattr(getattr(aval, "sharding", None), "spec", None)
+  if not spec or all(e is None for e in spec):
+    return None
+  return tuple(spec) + (None,) * (len(aval.shape) - len(spec))
+
+
+def reshape_lead(x: Any, shape: Sequence[int], lead: int) -> Any:
+  """``x.reshape(shape)`` where the first ``lead`` axes are kept. On a mesh with explicit axes
+  JAX asks a reshape for its output sharding: those axes keep theirs (the others are split or
+  merged and must be unsharded; if not, JAX's own error is raised)."""
+  spec = explicit_spec(x)
+  if spec is None or any(e is not None for e in spec[lead:]):
+    return x.reshape(shape)
+  return jax.lax.reshape(x, tuple(shape),
+                         out_sharding=jax.P(*spec[:lead], *(None,) * (len(shape) - lead)))
+
+
+def replicated(x: Any) -> Any:
+  """``x`` replicated where its type is sharded over explicit mesh axes (an all-gather): for
+  reads whose positions come from data (a gather across the batch), which JAX cannot type."""
+  return x if explicit_spec(x) is None else jax.sharding.reshard(x, jax.P())
 
 
 def along_axis(vector: Any, axis: int, ndim: int) -> Any:

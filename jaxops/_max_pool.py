@@ -47,7 +47,8 @@ from jax.interpreters import mlir
 
 from jaxops._checks import (ConfigCache, as_array, cache_key, check_output_size, concrete,
                             dense_tangent, floating_input, global_pool_input, index_array,
-                            int_tuple, no_tangent, static_bool, value_error)
+                            explicit_spec, int_tuple, no_tangent, replicated, reshape_lead,
+                            static_bool, value_error)
 from jaxops._fused_sum import partitioned
 from jaxops._window import WindowAxis, window_plan
 
@@ -439,7 +440,8 @@ def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> 
   config = [(0, 0, 0)] * lead + [(a.pad_begin, r * a.stride - a.pad_begin - a.size, 0)
                                  for a, r in zip(axes, rows)]
   tp = lax.pad(t, np.zeros((), t.dtype), config)
-  tp = tp.reshape(t.shape[:lead] + sum(((r, a.stride) for a, r in zip(axes, rows)), ()))
+  tp = reshape_lead(tp, t.shape[:lead] + sum(((r, a.stride) for a, r in zip(axes, rows)), ()),
+                    lead)
   phases: dict[tuple[int, ...], jax.Array] = {(): tp}
   for i, a in enumerate(axes):
     split: dict[tuple[int, ...], jax.Array] = {}
@@ -475,11 +477,11 @@ def _gather_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> 
   small = max(t.shape[:lead] + (math.prod(t.shape[lead:]),), default=1) <= np.iinfo(np.int16).max
   index = _plane_index(arg, axes, t.shape[lead:], 0, np.dtype(np.int16 if small else np.int32))
   # (explicit lengths: -1 is ambiguous in an empty batch)
-  flat = t.reshape(t.shape[:lead] + (math.prod(t.shape[lead:]),))
-  taken = jnp.take_along_axis(flat, index.reshape(index.shape[:lead] +
-                                                  (math.prod(index.shape[lead:]),)), axis=-1,
-                              mode="promise_in_bounds")
-  return taken.reshape(arg.shape)
+  flat = reshape_lead(t, t.shape[:lead] + (math.prod(t.shape[lead:]),), lead)
+  taken = jnp.take_along_axis(
+      flat, reshape_lead(index, index.shape[:lead] + (math.prod(index.shape[lead:]),), lead),
+      axis=-1, mode="promise_in_bounds")
+  return reshape_lead(taken, arg.shape, lead)
 
 
 def _tangent(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
@@ -659,6 +661,7 @@ class _UnpoolPlan:
   # kernel on every axis): then an element whose index lies in its own window is the only one
   # that can write there, and the unpool is a broadcast and a compare (``_unpool_windows``).
   windows: tuple[tuple[int, int, int], ...] | None = None
+  nd: int = 0                # the number of pooled axes
 
 
 def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shape: Any,
@@ -690,7 +693,7 @@ def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shap
   windows = (tuple(zip(kernel, strides_, pads_[:nd]))
              if all(s >= k for s, k in zip(strides_, kernel)) else None)
   if output_shape is None:
-    return _UnpoolPlan(default, default, windows)
+    return _UnpoolPlan(default, default, windows, nd)
   out = int_tuple(op, "output_shape", concrete(op, "output_shape", output_shape).reshape(-1))
   if len(out) == nd and len(x_shape) != nd:
     out = tuple(lead) + out  # only the pooled axes given
@@ -699,7 +702,7 @@ def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shap
     raise value_error(op, "output_shape", output_shape,
                       f"the shape {default} that the attributes give, or one as long with the "
                       f"same leading axes {tuple(lead)} and pooled axes at least as long")
-  return _UnpoolPlan(default, tuple(out), windows)
+  return _UnpoolPlan(default, tuple(out), windows, nd)
 
 
 _UNPOOL_PLANS = ConfigCache(_unpool_plan)
@@ -765,7 +768,20 @@ def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
   static = (tuple(x.shape), tuple(indices.shape), kernel_shape, strides, pads, output_shape)
   plan = _UNPOOL_PLANS(cache_key(*static), *static)
   check_output_size(op, plan.out, x.dtype)  # (XLA aborts the process on 2**62 elements)
-  return _max_unpool(x, indices, plan)
+  return unpool_replicated(_max_unpool, x, indices, plan.nd, plan)
+
+
+def unpool_replicated(f: Callable[..., jax.Array], x: jax.Array, indices: jax.Array, nd: int,
+                      *static: Any) -> jax.Array:
+  """``f(x, indices, *static)`` (an unpool of the last ``nd`` axes). On a mesh with explicit
+  axes (``explicit_spec``), computed on replicated inputs and resharded as ``x``'s leading
+  axes: the indices may name any position of the output (an all-gather, as under automatic
+  sharding; README, Sharding). Shared with ``jaxops.torch.max_unpool{1,2,3}d``."""
+  if explicit_spec(x) is None and explicit_spec(indices) is None:
+    return f(x, indices, *static)
+  y = f(replicated(x), replicated(indices), *static)
+  lead = (explicit_spec(x) or (None,) * x.ndim)[:x.ndim - nd]
+  return jax.sharding.reshard(y, jax.P(*lead, *(None,) * nd))
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -844,7 +860,7 @@ def _unpool_hits(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Ar
   # A valid block position holds an index >= 0; -1 on the others, masked out.
   table = jnp.asarray(np.where(valid, index, -1).astype(dtype).reshape((1,) * lead +
                                                                        index.shape))
-  return (indices.astype(dtype).reshape(shape) == table) & (table >= 0)
+  return (reshape_lead(indices.astype(dtype), shape, lead) == table) & (table >= 0)
 
 
 @functools.lru_cache(maxsize=256)
@@ -901,8 +917,9 @@ def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   n = x.shape[lead:]
   size = cfg.out[len(cfg.out) - nd:]
   blocks = x.shape[:lead] + sum(((m, 1) for m in n), ())
-  y = jnp.where(_unpool_hits(indices, cfg, n), x.reshape(blocks), np.zeros((), x.dtype))
-  y = y.reshape(x.shape[:lead] + tuple(m * st for m, st in zip(n, cfg.stride)))
+  y = jnp.where(_unpool_hits(indices, cfg, n), reshape_lead(x, blocks, lead),
+                np.zeros((), x.dtype))
+  y = reshape_lead(y, x.shape[:lead] + tuple(m * st for m, st in zip(n, cfg.stride)), lead)
   config = [(0, 0, 0)] * lead + [(-p, o - (m * st - p), 0)
                                  for p, o, m, st in zip(cfg.pad, size, n, cfg.stride)]
   return lax.pad(y, np.zeros((), x.dtype), config)

@@ -557,7 +557,9 @@ def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
 
 
 def _rows(xt: jax.Array, b: jax.Array, flat: jax.Array) -> jax.Array:
-  """xt[b[r], flat[r, i], :] for every roi r: (R, I, C)."""
+  """xt[b[r], flat[r, i], :] for every roi r: (R, I, C). On a mesh with explicit axes, from a
+  replicated ``xt`` (any roi may read any image: an all-gather, as under automatic sharding)."""
+  xt = _checks.replicated(xt)
   return jax.vmap(lambda bi, f: xt[bi].at[f].get(mode="promise_in_bounds"))(b, flat)
 
 

@@ -27,6 +27,7 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from jaxops import _checks
 from jaxops import _fused_sum
 
 row_gather_p = Primitive("jaxops_row_gather")
@@ -64,7 +65,7 @@ def _transpose(ct: Any, xt: Any, idx: Any) -> list[Any]:
   # linear in xt only: idx is an integer array, never an undefined primal
   if type(ct) is ad.Zero:
     return [ad.Zero(xt.aval), None]
-  zeros = jnp.zeros(xt.aval.shape, xt.aval.dtype)
+  zeros = _checks.zeros_like_type(xt.aval)  # (of its sharding, on a mesh with explicit axes)
   return [jax.vmap(lambda z, i, c: z.at[i].add(c, mode="promise_in_bounds"))(zeros, idx, ct),
           None]
 

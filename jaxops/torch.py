@@ -1717,7 +1717,7 @@ def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, ker
                      f"of an output plane {cfg.out[len(cfg.out) - nd:]}; got {bad} (torch: "
                      f"Found an invalid max index)")
   _checks.check_output_size(op, cfg.out, x.dtype)
-  return _unpool_jit(x, i, cfg)
+  return _max_pool_op.unpool_replicated(_unpool_jit, x, i, nd, cfg)
 
 
 _UNPOOL_DOC = """``torch.nn.functional.max_unpool{nd}d``: the partial inverse of ``max_pool{nd}d``.

@@ -2,7 +2,7 @@
 
 Oracle: torch.nn.functional.max_pool{1,2,3}d (return_indices=True) and torch.autograd.
 Random normal data has no ties and no NaN (torch lets a later NaN win, jaxops.max_pool does
-not: see docs/DEVIATIONS.md).
+not: see docs/DEVIATIONS.md and ``test_nan_rule_deviation_is_pinned``).
 """
 
 from __future__ import annotations
@@ -124,6 +124,21 @@ def test_window_of_padding_only_deviation_is_pinned():
   assert y.item() == -np.inf and i.item() == 1
   with pytest.raises(ValueError, match="covers no input element"):
     F.max_pool1d(np.array([[[3.0]]]), 2, 1, 1, 2, return_indices=True)
+
+
+def test_nan_rule_deviation_is_pinned():
+  """torch takes a tap when it is greater than the running maximum or NaN (a window holding NaN
+  gives NaN at its last NaN); jaxops.torch keeps jaxops.max_pool's ONNX rule (a NaN wins only
+  as the window's first element inside the input). docs/DEVIATIONS.md, jaxops.torch 4."""
+  x = np.array([[[[1.0, np.nan, 3.0, 4.0], [5.0, 6.0, np.nan, 8.0]]]], np.float32)
+  ty, ti = TF.max_pool2d(torch.tensor(x), 2, 2, return_indices=True)
+  assert torch.isnan(ty[0, 0, 0]).all() and ti.flatten().tolist() == [1, 6]
+  y, i = F.max_pool2d(x, 2, 2, return_indices=True)
+  np.testing.assert_array_equal(np.asarray(y).ravel(), [6.0, 8.0])
+  np.testing.assert_array_equal(np.asarray(i).ravel(), [5, 7])
+  y, i = F.max_pool2d(x[..., ::-1].copy(), 2, 2, return_indices=True)  # [[4, 3], [8, nan]]
+  np.testing.assert_array_equal(np.asarray(y).ravel(), [8.0, np.nan])  # and [[nan, 1], [6, 5]]
+  np.testing.assert_array_equal(np.asarray(i).ravel(), [4, 2])
 
 
 @pytest.mark.parametrize("shape, kw", [
