@@ -380,3 +380,90 @@ def test_an_undefined_element_type_is_refused_as_onnxruntime_refuses_it():
   with pytest.raises(ValueError, match=r"'y' is declared a tensor of element type UNDEFINED"):
     Backend.prepare(model)
   assert run_node(gap, [x])[0].tolist() == [[[[1.0]]]]  # (run_node's own outputs are untyped)
+
+
+def test_shape_inputs_from_nodes_of_constants_are_folded():
+  """A shape input computed by a node whose inputs are all constants (ConstantOfShape of an
+  initializer, Cast of an initializer) is computed when the model is prepared, as onnxruntime
+  folds it; from a graph input it stays refused (test above). Found by an audit of
+  2026-11-25: prepare() raised NotImplementedError for both."""
+  x = np.arange(8.0, dtype=np.float32).reshape(1, 2, 2, 2)
+  sizes = helper.make_model(helper.make_graph(
+      [helper.make_node("ConstantOfShape", ["four"], ["sz"],
+                        value=numpy_helper.from_array(np.array([3], np.int64))),
+       helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="nearest")],
+      "g", [_vi("x", TensorProto.FLOAT, [1, 2, 2, 2])], [_vi("y", TensorProto.FLOAT, list("abcd"))],
+      initializer=[numpy_helper.from_array(np.array([4], np.int64), "four")]),
+      opset_imports=[helper.make_opsetid("", 19)])
+  scales = _model([helper.make_node("Cast", ["s32"], ["s"], to=TensorProto.FLOAT),
+                   helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")],
+                  [_vi("x", TensorProto.FLOAT, [1, 2, 2, 2])], [_vi("y", TensorProto.FLOAT, list("abcd"))],
+                  [numpy_helper.from_array(np.array([1, 1, 4, 4], np.int32), "s32")], opset=19)
+  for model in (sizes, scales):
+    (want,) = _ort(model, {"x": x})
+    (got,) = Backend.prepare(model).run([x])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    _against_reference(model, {"x": x})
+
+
+def test_backend_audit_errors():
+  """Defects an audit of 2026-11-25 found in the backend path, each against what onnx.checker
+  or onnxruntime does."""
+  x = np.ones((1, 1, 2, 2), np.float32)
+  xi = _vi("x", TensorProto.FLOAT, [1, 1, 2, 2])
+  # sparse initializer indices outside the tensor: the checker refuses them (-1 wrapped, 10
+  # escaped as IndexError)
+  for idx in ([0, 1, 2, -1], [0, 1, 2, 10], [[0], [1], [2], [4]]):
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc"),
+        numpy_helper.from_array(np.array(idx, np.int64), "sc_i"), [4])
+    graph = helper.make_graph([helper.make_node("Resize", ["x", "", "sc"], ["y"])], "g", [xi],
+                              [_vi("y", TensorProto.FLOAT, None)], sparse_initializer=[sparse])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    with pytest.raises(onnx.checker.ValidationError):
+      onnx.checker.check_model(model)
+    with pytest.raises(ValueError, match=r"sparse initializer 'sc' of dims \[4\]"):
+      Backend.prepare(model)
+  # a Python list past the declared integer type: NumPy's cast wrapped 300 into UINT8 as 44
+  rep = Backend.prepare(_model([helper.make_node("Cast", ["u"], ["y"], to=TensorProto.INT32)],
+                               [_vi("u", TensorProto.UINT8, [3])],
+                               [_vi("y", TensorProto.INT32, [3])]))
+  assert rep.run([[3, 0, 255]])[0].tolist() == [3, 0, 255]
+  for bad in ([300, 1, 2], [-1, 1, 2]):
+    with pytest.raises(ValueError, match=r"input 'u' is declared UINT8, whose range is \[0, 255\]"):
+      rep.run([bad])
+  # the device index: one past the last device is refused, not silently device 0
+  import jax
+  n = len(jax.devices("cpu"))
+  assert Backend.supports_device(f"CPU:{n - 1}") and not Backend.supports_device(f"CPU:{n}")
+  model = _model([helper.make_node("GlobalMaxPool", ["x"], ["y"])], [xi],
+                 [_vi("y", TensorProto.FLOAT, [1, 1, 1, 1])])
+  assert Backend.prepare(model, f"CPU:{n - 1}").device == jax.devices("cpu")[n - 1]
+  with pytest.raises(ValueError, match=rf"names index {n}; JAX has {n} cpu device"):
+    Backend.prepare(model, f"CPU:{n}")
+  # is_compatible answers False for a device JAX lacks (it raised ValueError)
+  if not any(d.platform == "gpu" for d in jax.devices()):
+    assert Backend.is_compatible(model, "CPU") and not Backend.is_compatible(model, "CUDA")
+  # run_node takes inputs by name, as BackendRep.run does (a dict became a STRING array)
+  node = helper.make_node("GlobalMaxPool", ["x"], ["y"])
+  assert run_node(node, {"x": x})[0].tolist() == run_node(node, [x])[0].tolist()
+  with pytest.raises(ValueError, match=r"has no inputs \['z'\]"):
+    run_node(node, {"z": x})
+  # Cast's `to` of no type: onnx's bare ValueError now says where it comes from
+  with pytest.raises(ValueError, match="jaxops.onnx: onnx.shape_inference rejects the model"):
+    Backend.prepare(_model([helper.make_node("Cast", ["x"], ["y"], to=0)], [xi],
+                           [_vi("y", TensorProto.FLOAT, [1, 1, 2, 2])]))
+  # Resize-10 with an empty middle name: the message counted 2 of 2
+  with pytest.raises(ValueError, match=r"takes 2 input\(s\), the first 2 named; got 3 input "
+                                       r"slot\(s\) \['x', '', 'sc'\]"):
+    Backend.prepare(_model([helper.make_node("Resize", ["x", "", "sc"], ["y"])], [xi],
+                           [_vi("y", TensorProto.FLOAT, None)],
+                           [numpy_helper.from_array(np.ones(4, np.float32), "sc")], opset=10))
+  # an initializer whose external data file is missing: onnx's ValidationError escaped
+  t = numpy_helper.from_array(np.ones(4, np.float32), "sc")
+  onnx.external_data_helper.set_external_data(t, "no_such_file.bin")
+  t.data_location = TensorProto.EXTERNAL
+  t.ClearField("raw_data")
+  with pytest.raises(ValueError, match="initializer 'sc' cannot be read"):
+    Backend.prepare(_model([helper.make_node("Resize", ["x", "", "sc"], ["y"])], [xi],
+                           [_vi("y", TensorProto.FLOAT, None)], [t], opset=19))

@@ -18,6 +18,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,14 +64,32 @@ def _constant_value(node: onnx.NodeProto, attrs: dict[str, Any]) -> np.ndarray:
                             f"{sorted(attrs)} is not supported (sparse tensors are not)")
 
 
+def _initializer(t: onnx.TensorProto) -> np.ndarray:
+  try:
+    return numpy_helper.to_array(t)
+  except Exception as e:  # noqa: BLE001 - onnx raises ValidationError, OSError, ValueError, ...
+    raise ValueError(f"jaxops.onnx: initializer {t.name!r} cannot be read: {e}") from e
+
+
 def _dense(t: onnx.SparseTensorProto) -> np.ndarray:
   """A sparse initializer as its dense array: ``indices`` are flat positions ``[NNZ]`` or
   coordinates ``[NNZ, rank]``."""
-  values = numpy_helper.to_array(t.values)
+  values = _initializer(t.values)
   dims = tuple(t.dims)
   out = np.zeros(dims, values.dtype)
   if values.size:
     idx = numpy_helper.to_array(t.indices).astype(np.int64)
+    # (as onnx.checker: an index outside the tensor would wrap or escape as IndexError)
+    limit = np.array([math.prod(dims)] if idx.ndim == 1 else dims, np.int64)
+    shape = (values.size,) if idx.ndim == 1 else (values.size, len(dims))
+    if idx.shape != shape or np.any((idx < 0) | (idx >= limit)):
+      bad = idx if idx.shape != shape else idx[np.any((idx < 0) | (idx >= limit), axis=-1)
+                                               if idx.ndim > 1 else (idx < 0) | (idx >= limit)]
+      raise ValueError(
+          f"jaxops.onnx: sparse initializer {t.values.name!r} of dims {list(dims)}: its "
+          f"indices must be {values.size} flat positions in [0, {math.prod(dims)}) or "
+          f"{values.size} coordinates within the dims; got indices of shape {list(idx.shape)}"
+          f" (first offending {bad.reshape(-1)[:len(dims) if idx.ndim > 1 else 1].tolist()})")
     flat = idx if idx.ndim == 1 else np.ravel_multi_index(tuple(idx.T), dims)
     out.reshape(-1)[flat] = values.reshape(-1)
   return out
@@ -84,10 +103,38 @@ def _device(device: str) -> jax.Device:
                      f"'CUDA' (optionally ':<index>')") from None
   platform = "gpu" if kind == DeviceType.CUDA else "cpu"
   try:
-    return jax.devices(platform)[0]
+    devices = jax.devices(platform)
   except RuntimeError:
     raise ValueError(f"jaxops.onnx: device {device!r} is not available to JAX "
                      f"(available: {[d.platform for d in jax.devices()]})") from None
+  index = Device(device).device_id
+  if not 0 <= index < len(devices):
+    raise ValueError(f"jaxops.onnx: device {device!r} names index {index}; JAX has "
+                     f"{len(devices)} {platform} device(s), indices 0 to {len(devices) - 1}")
+  return devices[index]
+
+
+def _run_node(node: onnx.NodeProto, adapter: _registry.Adapter, attrs: dict[str, Any],
+              env: Mapping[str, Any]) -> Sequence[Any]:
+  """The node's outputs from the values ``env`` names; errors name the node and op version."""
+  ins: list[Any] = []
+  for i, name in enumerate(node.input):
+    if not name:
+      ins.append(None)
+    elif i in adapter.static_inputs:
+      ins.append(np.asarray(env[name]))
+    else:
+      ins.append(env[name])
+  _registry.check_node(node.name, adapter, ins, attrs)
+  try:
+    return adapter.fn(ins, attrs)
+  except (ValueError, TypeError, NotImplementedError) as e:
+    # Errors of the adapter and the core function name the node and op version too.
+    if type(e) not in (ValueError, TypeError, NotImplementedError) or str(e).startswith(
+        "jaxops.onnx: node"):
+      raise
+    label = _registry.node_label(node.name, adapter.op_type, adapter.since_version)
+    raise type(e)(f"{label}: {str(e).removeprefix('jaxops.onnx: ')}") from e
 
 
 def _as_input(name: str, value: Any) -> Any:
@@ -118,7 +165,7 @@ class BackendRep(_BaseRep):
       raise ValueError(f"jaxops.onnx: the model imports the default domain at opset "
                        f"{opsets['']}; the installed onnx {onnx.__version__} defines opsets up "
                        f"to {onnx.defs.onnx_opset_version()}")
-    self._init = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    self._init = {t.name: _initializer(t) for t in graph.initializer}
     self._init.update((t.values.name, _dense(t)) for t in graph.sparse_initializer)
     self.input_names = [i.name for i in graph.input if i.name not in self._init]
     # Initializers listed among the graph inputs (IR 4+) are defaults that a feed may replace.
@@ -160,12 +207,23 @@ class BackendRep(_BaseRep):
                                f"list their nodes in topological order")
             raise NotImplementedError(
                 f"jaxops.onnx: input {i} ({name!r}) of {node.op_type} decides the output shape, "
-                f"so jaxops needs it to be a graph input, an initializer or a Constant; here "
-                f"another node computes it")
+                f"so jaxops needs it to be a graph input, an initializer, a Constant or the "
+                f"output of a node whose inputs are all constants; here another node computes "
+                f"it from a graph input")
           static.add(name)
       host = host or bool(adapter.host and adapter.host(attrs))
-      self._nodes.append((node, adapter, attrs))
       known.update(o for o in node.output if o)
+      fixed = {**{n: v for n, v in self._init.items() if n not in self._overridable}, **consts}
+      if all(n in fixed for n in node.input if n):
+        # Every input a constant: computed now (constant folding, as onnxruntime does), so that
+        # a shape input may come from such a node (ConstantOfShape or Cast of an initializer).
+        with jax.enable_x64(True), jax.default_device(self.device):
+          outs = _run_node(node, adapter, attrs, fixed)
+        consts.update((n, np.asarray(v)) for n, v in zip(node.output, outs) if n)
+        host = host or any(consts[n].dtype == object for n in node.output if n)
+        self._nodes.append((node, None, attrs))
+        continue
+      self._nodes.append((node, adapter, attrs))
     missing = [n for n in self.output_names if n not in known]
     if missing:
       raise ValueError(f"jaxops.onnx: graph outputs {missing} are produced by no node")
@@ -176,28 +234,10 @@ class BackendRep(_BaseRep):
 
   def _execute(self, env: dict[str, Any]) -> list[Any]:
     for node, adapter, attrs in self._nodes:
-      if adapter is None:
-        env[node.output[0]] = self._consts[node.output[0]]
+      if adapter is None:  # a Constant, or a node of constants computed when prepared
+        env.update((n, self._consts[n]) for n in node.output if n)
         continue
-      ins: list[Any] = []
-      for i, name in enumerate(node.input):
-        if not name:
-          ins.append(None)
-        elif i in adapter.static_inputs:
-          ins.append(np.asarray(env[name]))
-        else:
-          ins.append(env[name])
-      _registry.check_node(node.name, adapter, ins, attrs)
-      try:
-        outs = adapter.fn(ins, attrs)
-      except (ValueError, TypeError, NotImplementedError) as e:
-        # Errors of the adapter and the core function name the node and op version too.
-        if type(e) not in (ValueError, TypeError, NotImplementedError) or str(e).startswith(
-            "jaxops.onnx: node"):
-          raise
-        label = _registry.node_label(node.name, adapter.op_type, adapter.since_version)
-        raise type(e)(f"{label}: {str(e).removeprefix('jaxops.onnx: ')}") from e
-      for name, value in zip(node.output, outs):
+      for name, value in zip(node.output, _run_node(node, adapter, attrs, env)):
         if name:
           env[name] = value
     return [env[n] for n in self.output_names]
@@ -240,7 +280,15 @@ class BackendRep(_BaseRep):
     t = self._declared.get(name)
     want = None if t is None or hasattr(value, "dtype") else _dtypes.BY_ENUM.get(t.elem_type)
     if want is not None and want.dtype is not None and arr.dtype != object:
-      arr = np.asarray(arr, dtype=want.dtype)
+      target = np.dtype(want.dtype)
+      if target.kind in "iu" and arr.dtype.kind in "iu" and arr.size:
+        info = np.iinfo(target)  # (a NumPy cast would wrap 300 into UINT8 as 44)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < info.min or hi > info.max:
+          raise ValueError(f"jaxops.onnx: input {name!r} is declared {want.name}, whose range "
+                           f"is [{info.min}, {info.max}]; the fed values reach "
+                           f"{lo if lo < info.min else hi}")
+      arr = np.asarray(arr, dtype=target)
     return arr
 
   def _check_declared(self, name: str, value: Any) -> None:
@@ -309,6 +357,8 @@ class Backend(_BaseBackend):
 
   @classmethod
   def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+    if not cls.supports_device(device):
+      return False
     try:
       BackendRep(model, device)
     except NotImplementedError:
@@ -347,6 +397,9 @@ class Backend(_BaseBackend):
     except onnx.shape_inference.InferenceError as e:
       raise ValueError(f"jaxops.onnx: the model's declared types contradict its nodes "
                        f"(onnx.shape_inference, as onnxruntime checks them): {e}") from e
+    except ValueError as e:  # onnx's own, e.g. "Invalid tensor data type 0." for Cast's `to`
+      raise ValueError(f"jaxops.onnx: onnx.shape_inference rejects the model: {e} (an "
+                       f"attribute naming a data type holds a value no type has)") from e
     return rep
 
   @classmethod
@@ -360,6 +413,12 @@ class Backend(_BaseBackend):
                **kwargs: Any) -> tuple[np.ndarray, ...]:
     """Runs one node. ``opset_version=`` picks the opset (default: the newest onnx knows)."""
     opset = int(kwargs.get("opset_version", onnx.defs.onnx_opset_version()))
+    if isinstance(inputs, Mapping):  # by name, as BackendRep.run takes them
+      unknown = set(inputs) - {n for n in node.input if n}
+      if unknown:
+        raise ValueError(f"jaxops.onnx: node {node.name!r} ({node.op_type}) has no inputs "
+                         f"{sorted(unknown)}; its inputs are {list(node.input)}")
+      inputs = [inputs.get(n) if n else None for n in node.input]
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     named = [n for n in node.input if n]
     if len(inputs) != len(node.input):

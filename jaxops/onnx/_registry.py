@@ -173,8 +173,8 @@ def check_signature(node: Any, adapter: Adapter) -> None:
   lo, hi = schema.min_input, schema.max_input
   if len(names) > hi or len(names) < lo or any(not n for n in names[:lo]):
     want = f"{lo}" if lo == hi else f"{lo} to {hi}"
-    raise ValueError(f"{label}: takes {want} input(s); got {sum(bool(n) for n in names)} "
-                     f"({names})")
+    raise ValueError(f"{label}: takes {want} input(s), the first {lo} named; got {len(names)} "
+                     f"input slot(s) {names}")
   outs = list(node.output)
   while outs and not outs[-1]:
     outs.pop()  # trailing empty names are omitted optional outputs
