@@ -467,3 +467,41 @@ def test_backend_audit_errors():
   with pytest.raises(ValueError, match="initializer 'sc' cannot be read"):
     Backend.prepare(_model([helper.make_node("Resize", ["x", "", "sc"], ["y"])], [xi],
                            [_vi("y", TensorProto.FLOAT, None)], [t], opset=19))
+
+
+def test_jax_function_of_a_model_is_differentiable():
+  """BackendRep.jax_function: the model (Resize linear -> MaxPool -> GridSample from AffineGrid)
+  as a JAX function of its dynamic inputs, with the static one (the scales) given: equal to
+  run(), under jit and vmap, and its gradients in x and theta against numerical ones."""
+  import jax
+  import jax.numpy as jnp
+  from jax.test_util import check_grads
+
+  nodes = [helper.make_node("Resize", ["x", "", "s"], ["r"], mode="linear"),
+           helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[2, 2], strides=[1, 1]),
+           helper.make_node("AffineGrid", ["theta", "size"], ["g"]),
+           helper.make_node("GridSample", ["m", "g"], ["y"])]
+  model = _model(nodes, [_vi("x", TensorProto.DOUBLE, [1, 2, 3, 3]),
+                         _vi("s", TensorProto.FLOAT, [4]),
+                         _vi("theta", TensorProto.DOUBLE, [1, 2, 3])],
+                 [_vi("y", TensorProto.DOUBLE, [1, 2, 4, 5])],
+                 [numpy_helper.from_array(np.array([1, 2, 4, 5], np.int64), "size")], opset=22)
+  rep = Backend.prepare(model)
+  assert rep.static_inputs == ["s"]
+  s = np.array([1, 1, 2, 2], np.float32)
+  rng = np.random.default_rng(5)
+  x = rng.standard_normal((1, 2, 3, 3))
+  # (random: round values put grid points on pixel edges, where sampling has a kink)
+  theta = np.array([[[0.9, 0.2, 0.05], [-0.1, 0.8, 0.1]]]) + 0.01 * rng.standard_normal((1, 2, 3))
+  f = rep.jax_function({"s": s})
+  (want,) = rep.run({"x": x, "s": s, "theta": theta})
+  np.testing.assert_allclose(np.asarray(f(x, theta)[0]), want, rtol=1e-12)
+  np.testing.assert_allclose(np.asarray(jax.jit(f)(x, theta)[0]), want, rtol=1e-12)
+  batched = jax.vmap(f)(np.stack([x, 2 * x]), np.stack([theta, theta]))[0]
+  np.testing.assert_allclose(np.asarray(batched[1]), 2 * want, rtol=1e-12)
+  check_grads(lambda a, t: jnp.sum(jnp.sin(f(a, t)[0])), (x, theta), order=1,
+              modes=("rev",), eps=1e-6)
+  with pytest.raises(ValueError, match=r"needs the concrete value of each input in \['s'\]"):
+    rep.jax_function()
+  with pytest.raises(ValueError, match=r"takes 2 inputs \['x', 'theta'\]; got 1"):
+    f(x)

@@ -273,6 +273,63 @@ class BackendRep(_BaseRep):
         outs = self._compiled(values)
     return tuple(np.asarray(o) for o in outs)
 
+  def jax_function(self, static: Mapping[str, Any] | None = None) -> Any:
+    """The model as a pure JAX function, for ``jax.jit``, ``jax.grad`` and ``jax.vmap``.
+
+    The returned ``f(*inputs)`` takes the graph inputs in order, less those that decide an
+    output shape (``static_inputs`` lists them): their concrete values are given here, by name.
+    It returns the tuple of the graph outputs as JAX arrays. Unlike ``run``, which computes
+    with JAX's 64-bit types on, ``f`` follows the caller's setting (``jax_enable_x64``): INT64
+    or DOUBLE tensors are 32-bit without it, as any JAX function's. Models with STRING tensors
+    run only through ``run`` (JAX arrays cannot hold strings).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> from onnx import TensorProto, helper
+      >>> from jaxops.onnx import Backend
+      >>> node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")
+      >>> graph = helper.make_graph(
+      ...     [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+      ...                   helper.make_tensor_value_info("s", TensorProto.FLOAT, [4])],
+      ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])])
+      >>> rep = Backend.prepare(helper.make_model(graph, opset_imports=[
+      ...     helper.make_opsetid("", 19)]))
+      >>> rep.static_inputs
+      ['s']
+      >>> f = rep.jax_function({"s": np.array([1, 1, 2, 2], np.float32)})
+      >>> jax.grad(lambda x: jnp.sum(f(x)[0]))(jnp.ones((1, 1, 2, 2)))[0, 0]
+      Array([[4., 4.],
+             [4., 4.]], dtype=float32)
+    """
+    if self._host:
+      raise ValueError("jaxops.onnx: the model holds STRING tensors, which JAX arrays cannot "
+                       "hold; use run()")
+    given = dict(static or {})
+    unknown = sorted(set(given) - set(self.static_inputs))
+    missing = [n for n in self.static_inputs if n not in given]
+    if unknown or missing:
+      raise ValueError(f"jaxops.onnx: jax_function needs the concrete value of each input in "
+                       f"{self.static_inputs} (they decide output shapes); got "
+                       f"{sorted(given)}")
+    fixed = {n: self._fed(n, v) for n, v in given.items()}
+    for n, v in fixed.items():
+      self._check_declared(n, v)
+    names = [n for n in self.input_names if n not in self._static_names]
+
+    def f(*inputs: Any) -> tuple[jax.Array, ...]:
+      if len(inputs) != len(names):
+        raise ValueError(f"jaxops.onnx: the function takes {len(names)} inputs {names}; got "
+                         f"{len(inputs)}")
+      env = {**self._init, **fixed, **dict(zip(names, inputs))}
+      return tuple(jax.numpy.asarray(o) for o in self._execute(env))
+
+    return f
+
+  @property
+  def static_inputs(self) -> list[str]:
+    """The graph inputs whose values decide output shapes (each value compiles once)."""
+    return [n for n in self.input_names if n in self._static_names]
+
   def _fed(self, name: str, value: Any) -> Any:
     """A fed value as an array; a Python list or number (no dtype of its own) takes the graph
     input's declared element type."""
