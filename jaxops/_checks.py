@@ -207,6 +207,25 @@ _KEY_SCALARS = frozenset(
     | {np.dtype(c).type for c in np.typecodes["AllInteger"] + np.typecodes["Float"]})
 
 
+def _signed_zero(value: Any) -> Any:
+  """A float zero as (0.0, its sign): -0.0 == 0.0, and a static value such as a fill may keep
+  its sign in the output."""
+  if isinstance(value, (float, np.floating)) and value == 0:
+    return value, math.copysign(1.0, value)
+  return value
+
+
+def concrete_shape(op: str, arg: str, x: Any) -> None:
+  """Refuses a symbolic shape (``jax.export`` shape polymorphism) where the op plans static
+  tables or index types from the whole shape: a ``TypeError`` naming the op, rather than JAX's
+  InconclusiveDimensionOperation from inside the plan."""
+  shape = x if isinstance(x, tuple) else getattr(x, "shape", ())
+  if any(not isinstance(d, (int, np.integer)) for d in shape):
+    raise TypeError(f"{op}: argument `{arg}` has the symbolic shape {tuple(shape)} (jax.export "
+                    f"shape polymorphism); {op} plans static tables from every dimension, so "
+                    f"export it with concrete ones")
+
+
 def cache_key(*values: Any) -> Hashable | None:
   """A hashable stand-in for static arguments, or None when one of them has none.
 
@@ -214,21 +233,21 @@ def cache_key(*values: Any) -> Hashable | None:
   equal scalars; for a list or tuple the same element types and equal elements; for a NumPy
   array the same dtype, shape and bytes. So a configuration built (and validated) from one holds
   for the other. Python floats compare as Python compares them (-0.0 == 0.0), as they do as
-  jax.jit static arguments. Traced values, jax.Arrays, nested sequences and unfamiliar objects
-  have no key.
+  jax.jit static arguments, but for zeros, whose sign a key keeps. Traced values, jax.Arrays,
+  nested sequences and unfamiliar objects have no key.
   """
   types = tuple(map(type, values))
   if _KEY_SCALARS.issuperset(types):
-    return types, values
+    return types, tuple(map(_signed_zero, values))
   parts: list[Hashable] = []
   for t, value in zip(types, values):
     if t in _KEY_SCALARS:
-      parts.append(value)
+      parts.append(_signed_zero(value))
     elif t is tuple or t is list:
       inner = tuple(map(type, value))
       if not _KEY_SCALARS.issuperset(inner):
         return None
-      parts.append((inner, tuple(value)))
+      parts.append((inner, tuple(map(_signed_zero, value))))
     elif t is np.ndarray and not value.dtype.hasobject:
       parts.append((value.dtype, value.shape, value.tobytes()))
     elif isinstance(value, (StrEnum, np.dtype)):

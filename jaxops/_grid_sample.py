@@ -138,6 +138,8 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
                 _checks.static_bool(_OP, "align_corners", align_corners))
   x = _checks.as_array(x, _OP, "x")
   grid = _checks.as_array(grid, _OP, "grid")
+  _checks.concrete_shape(_OP, "x", x)
+  _checks.concrete_shape(_OP, "grid", grid)
   allowed = _FLOATS + (_EXACT if cfg.mode is Mode.NEAREST else ())
   if x.dtype not in allowed:
     raise _checks.type_error(_OP, "x", f"dtype {x.dtype}",

@@ -46,9 +46,9 @@ from jax.interpreters import batching
 from jax.interpreters import mlir
 
 from jaxops._checks import (ConfigCache, as_array, cache_key, check_output_size, concrete,
-                            dense_tangent, floating_input, global_pool_input, index_array,
-                            explicit_spec, int_tuple, no_tangent, replicated, reshape_lead,
-                            static_bool, value_error)
+                            concrete_shape, dense_tangent, explicit_spec, floating_input,
+                            global_pool_input, index_array, int_tuple, no_tangent, replicated,
+                            reshape_lead, static_bool, value_error)
 from jaxops._fused_sum import partitioned
 from jaxops._window import WindowAxis, window_plan
 
@@ -204,6 +204,7 @@ def _index_dtype() -> np.dtype:
 
 
 def _check_index_range(op: str, shape: tuple[int, ...]) -> None:
+  concrete_shape(op, "x", shape)  # (indices of a symbolic shape: their type is unknown)
   dtype = _index_dtype()
   if math.prod(shape) > np.iinfo(dtype).max:
     raise ValueError(f"{op}: an input of shape {shape} has more elements than {dtype.name} "
@@ -474,7 +475,9 @@ def _gather_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> 
   stem's backward, 3x3 s2 p1 on 8x64x112x112, keeps 17 MiB of temporaries instead of 26).
   """
   lead = t.ndim - len(axes)
-  small = max(t.shape[:lead] + (math.prod(t.shape[lead:]),), default=1) <= np.iinfo(np.int16).max
+  dims = t.shape[:lead] + (math.prod(t.shape[lead:]),)
+  # (a symbolic batch size, under jax.export, may be any length: int32)
+  small = all(isinstance(d, int) for d in dims) and max(dims, default=1) <= np.iinfo(np.int16).max
   index = _plane_index(arg, axes, t.shape[lead:], 0, np.dtype(np.int16 if small else np.int32))
   # (explicit lengths: -1 is ambiguous in an empty batch)
   flat = reshape_lead(t, t.shape[:lead] + (math.prod(t.shape[lead:]),), lead)

@@ -87,6 +87,8 @@ class _Config:
   extrapolation_value: float
   antialias: bool
   resize10: bool
+  # the fill's sign bit: -0.0 == 0.0, so without it the two fills share a jit cache entry
+  extrapolation_signbit: bool = False
 
 
 def resize(x: ArrayLike, *, sizes: Sequence[int] | None = None,
@@ -236,6 +238,7 @@ def _config(x: jax.Array, sizes: Any, scales: Any, roi: Any, axes: Any, mode: An
   if (sizes is None) == (scales is None):
     raise ValueError(f"{_OP}: exactly one of `sizes` and `scales` must be given; got "
                      f"{'both' if sizes is not None else 'neither'}")
+  _checks.concrete_shape(_OP, "x", x)
   shape = tuple(int(d) for d in x.shape)
   plans = _plan(shape, ax, sizes, scales, opts.policy)
   roi_static, roi_traced = _roi(roi, opts.coord, len(ax))
@@ -353,7 +356,8 @@ def _canonical_config(opts: _Options, plans: tuple[_Axis, ...], out_shape: tuple
       opts.cubic_coeff_a if opts.mode is Mode.CUBIC else -0.75,
       opts.exclude_outside and not nearest,
       opts.extrapolation_value if crop else 0.0,
-      opts.antialias, legacy_resize10)
+      opts.antialias, legacy_resize10,
+      crop and math.copysign(1.0, opts.extrapolation_value) < 0)
 
 
 def _check_dtype(dtype: Any, mode: Mode) -> None:

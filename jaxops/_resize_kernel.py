@@ -296,13 +296,9 @@ def _out_aval(x: Any, axis: int, table: Table) -> jax.core.ShapedArray:
 _taps_p.def_abstract_eval(lambda x, *, axis, table, barrier, plan: _out_aval(x, axis, table))
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "table", "barrier", "plan"))
-def _taps_jit(x: jax.Array, *, axis: int, table: Table, barrier: tuple[bool, bool],
-              plan: str) -> jax.Array:
-  return _taps_p.bind(x, axis=axis, table=table, barrier=barrier, plan=plan)
-
-
-_taps_p.def_impl(_taps_jit)
+# The eager impl compiles the device computation itself (not a jit of the primitive, which
+# recursed without end under jax_disable_jit).
+_taps_p.def_impl(jax.jit(_static_impl, static_argnames=("axis", "table", "barrier", "plan")))
 mlir.register_lowering(_taps_p, mlir.lower_fun(_static_impl, multiple_results=False))
 
 

@@ -165,6 +165,7 @@ def _config(mode: Any, output_height: Any, output_width: Any, sampling_ratio: An
 
 def _roi_align_checked(x: Any, rois: Any, batch_indices: Any, cfg: _Config) -> jax.Array:
   x = _checks.floating_input(_OP, x, _FLOATS)
+  _checks.concrete_shape(_OP, "x", x)
   rois = _checks.as_array(rois, _OP, "rois")
   batch_indices = _checks.index_array(batch_indices, _OP, "batch_indices")
   if x.ndim != 4:
@@ -240,7 +241,7 @@ def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any,
   idx = jnp.stack([low, jnp.minimum(low + 1, length - 1)], axis=-1).astype(jnp.int32)
   w = jnp.stack([1 - frac, frac], axis=-1) * use[..., None]
   n_in = jnp.sum(valid & inside, axis=-1)
-  some_out = n_in < g[:, None]
+  some_out = n_in.astype(g.dtype) < g[:, None]  # (explicit: strict dtype promotion)
   return idx, w, valid, some_out, g
 
 
@@ -547,7 +548,7 @@ def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
   else:
     ay = _dense(iy, wy, h)                                                  # (R, P, H)
     ax = _dense(ix, wx, w_len)                                              # (R, Q, W)
-    onehot = (b[:, None] == jnp.arange(n)[None, :]).astype(cdt)             # (R, N)
+    onehot = (b[:, None] == jnp.arange(n, dtype=b.dtype)[None, :]).astype(cdt)  # (R, N)
     x4 = xt.reshape(n, h, w_len, c)
     # Z[n, h, r, q, c] = sum_w X[n, h, w, c] Ax[r, q, w]; then rows of the roi's own image.
     z = jnp.einsum("nhwc,rqw->rnhqc", x4, ax, precision=hi)

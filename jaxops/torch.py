@@ -386,6 +386,7 @@ def interpolate(input: ArrayLike, size: Any = None, scale_factor: Any = None,
   """
   op = _op("interpolate")
   x = _checks.as_array(input, op, "input")
+  _checks.concrete_shape(op, "input", x)
   static = (x.shape, x.dtype, size, scale_factor, mode, align_corners, recompute_scale_factor,
             antialias)
   cfg = _INTERP(_checks.cache_key(*static), *static)
@@ -698,6 +699,8 @@ def _adaptive_avg(name: str, nd: int, input: ArrayLike, output_size: Any) -> jax
                   output_size)
   if any(n == 0 for n, _ in cfg.axes):  # every output size is 1 here: torch's mean, NaN
     return jnp.mean(x, axis=tuple(range(x.ndim - nd, x.ndim)), keepdims=True)
+  if any(n % o for n, o in cfg.axes):  # uneven windows: the resize kernel's plans
+    _checks.concrete_shape(_op(name), "input", x)
   return _adaptive_jit(x, cfg)
 
 
@@ -1087,6 +1090,8 @@ def _max_pool(name: str, nd: int, input: ArrayLike, kernel_size: Any, stride: An
                              + _max_pool_module.INTEGERS, arg="input")
   static = (name, nd, x.shape, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
   cfg = _MAX(_checks.cache_key(*static), *static)
+  if cfg.indices:
+    _check_plane_index(name, math.prod(x.shape[x.ndim - nd:]))
   return _max_jit(x, cfg)
 
 
@@ -1355,6 +1360,7 @@ def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear",
   """
   op = _op("grid_sample")
   x = _checks.as_array(input, op, "input")
+  _checks.concrete_shape(op, "input", x)
   g = _checks.as_array(grid, op, "grid")
   static = (x.shape, x.dtype, g.shape, g.dtype, mode, padding_mode, align_corners)
   cfg = _GRID_SAMPLE(_checks.cache_key(*static), *static)
@@ -1556,6 +1562,7 @@ def roi_align(input: ArrayLike, boxes: Any, output_size: Any, spatial_scale: flo
   """
   op = _op("roi_align")
   x = _checks.as_array(input, op, "input")
+  _checks.concrete_shape(op, "input", x)
   if isinstance(boxes, (list, tuple)):
     b: Any = [_checks.as_array(v, op, "boxes") for v in boxes]
     described: Any = ("list", tuple((tuple(v.shape), v.dtype) for v in b))
@@ -1799,13 +1806,17 @@ def _amax_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any,
                  return_indices: Any) -> _AdaptiveMax:
   op = _op(name)
   ind = _checks.static_bool(op, "return_indices", return_indices)
-  axes = _adaptive_config(name, nd, shape, output_size).axes
-  plane = math.prod(n for n, _ in axes)
-  if ind and plane > np.iinfo(_max_pool_op._index_dtype()).max:
-    raise ValueError(f"{op}: an input plane of {plane} elements is more than "
-                     f"{_max_pool_op._index_dtype().name} indices can address; enable "
-                     f"jax_enable_x64 for int64 indices")
-  return _AdaptiveMax(axes, ind)
+  return _AdaptiveMax(_adaptive_config(name, nd, shape, output_size).axes, ind)
+
+
+def _check_plane_index(name: str, plane: int) -> None:
+  """Torch's per-plane indices of a plane of ``plane`` elements must fit the index type, which
+  follows jax_enable_x64 at each call (so this is not part of a cached configuration)."""
+  dtype = _max_pool_op._index_dtype()
+  if plane > np.iinfo(dtype).max:
+    raise ValueError(f"{_op(name)}: an input plane of {plane} elements is more than "
+                     f"{dtype.name} indices can address; enable jax_enable_x64 for int64 "
+                     f"indices")
 
 
 _AMAX = _checks.ConfigCache(_amax_config)
@@ -1997,6 +2008,8 @@ def _adaptive_max(name: str, nd: int, input: ArrayLike, output_size: Any,
   x = _float_input(name, input)
   static = (name, nd, x.shape, output_size, return_indices)
   cfg = _AMAX(_checks.cache_key(*static), *static)
+  if cfg.indices:
+    _check_plane_index(name, math.prod(n for n, _ in cfg.axes))
   return _amax_jit(x, cfg)
 
 

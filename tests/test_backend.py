@@ -397,7 +397,8 @@ def test_shape_inputs_from_nodes_of_constants_are_folded():
       opset_imports=[helper.make_opsetid("", 19)])
   scales = _model([helper.make_node("Cast", ["s32"], ["s"], to=TensorProto.FLOAT),
                    helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")],
-                  [_vi("x", TensorProto.FLOAT, [1, 2, 2, 2])], [_vi("y", TensorProto.FLOAT, list("abcd"))],
+                  [_vi("x", TensorProto.FLOAT, [1, 2, 2, 2])],
+                  [_vi("y", TensorProto.FLOAT, list("abcd"))],
                   [numpy_helper.from_array(np.array([1, 1, 4, 4], np.int32), "s32")], opset=19)
   for model in (sizes, scales):
     (want,) = _ort(model, {"x": x})
@@ -492,7 +493,8 @@ def test_jax_function_of_a_model_is_differentiable():
   rng = np.random.default_rng(5)
   x = rng.standard_normal((1, 2, 3, 3))
   # (random: round values put grid points on pixel edges, where sampling has a kink)
-  theta = np.array([[[0.9, 0.2, 0.05], [-0.1, 0.8, 0.1]]]) + 0.01 * rng.standard_normal((1, 2, 3))
+  theta = (np.array([[[0.9, 0.2, 0.05], [-0.1, 0.8, 0.1]]])
+           + 0.01 * rng.standard_normal((1, 2, 3)))
   f = rep.jax_function({"s": s})
   (want,) = rep.run({"x": x, "s": s, "theta": theta})
   np.testing.assert_allclose(np.asarray(f(x, theta)[0]), want, rtol=1e-12)

@@ -153,7 +153,7 @@ _BAD_NODES = {
     "Cast round_mode": (_node("Cast", ["x"], to=24, round_mode="ceil"), [X], 24, ValueError,
                         _MODE),
     "Cast no input": (_node("Cast", [], to=1), [], 13, ValueError,
-                      _NODE + r"\(Cast-13\): takes 1 input\(s\); got 0"),
+                      _NODE + r"\(Cast-13\): takes 1 input\(s\), the first 1 named; got 0 "),
     "Cast complex input": (_node("Cast", ["x"], to=1), [np.ones(2, np.complex64)], 13, TypeError,
                            _NODE + r"\(Cast-13\): input 0 \(`input`\) has element type "
                            r"COMPLEX64"),
@@ -161,7 +161,7 @@ _BAD_NODES = {
                         _NODE + r"\(Cast-13\): Cast version 13 does not allow `to` of type "
                         r"COMPLEX64"),
     "CastLike one input": (_node("CastLike", ["x"]), [X], 15, ValueError,
-                           _NODE + r"\(CastLike-15\): takes 2 input\(s\); got 1"),
+                           _NODE + r"\(CastLike-15\): takes 2 input\(s\), .*; got 1 "),
     "CastLike saturate at 15": (_node("CastLike", ["x", "l"], saturate=0), [X, X], 15,
                                 ValueError, _NODE + r"\(CastLike-15\): has no attribute "
                                 r"`saturate`"),
@@ -180,7 +180,7 @@ _BAD_NODES = {
                                   9, ValueError, _NODE + r"\(ConstantOfShape-9\): input 0 "
                                   r"\(`input`\) has rank 2"),
     "ConstantOfShape no input": (_node("ConstantOfShape", []), [], 9, ValueError,
-                                 _NODE + r"\(ConstantOfShape-9\): takes 1 input\(s\); got 0"),
+                                 _NODE + r"\(ConstantOfShape-9\): takes 1 input\(s\), .*; got 0 "),
     "ConstantOfShape huge": (_node("ConstantOfShape", ["s"]), [np.array([2**40, 2**30], np.int64)],
                              9, ValueError, r"jaxops.constant_of_shape: the output would have "
                              r"shape \(1099511627776, 1073741824\)"),

@@ -1,0 +1,118 @@
+"""jaxops under JAX's global settings, cached configurations and jax.export.
+
+Defects an audit of 2026-11-25 found, each against an independent oracle: the same call with
+JIT on (for jax_disable_jit), with default promotion (for strict promotion), in a process that
+never saw the other setting or value (for the caches), and plain JAX's own export.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxops
+import jaxops.torch as F
+
+
+def test_disable_jit_runs_the_resize_kernel():
+  """jax_disable_jit=True: the resize primitive's eager impl jitted the primitive itself, and
+  with JIT off that recursed until RecursionError (resize, interpolate, uneven adaptive
+  average pools)."""
+  x = np.random.default_rng(0).standard_normal((1, 2, 5, 6))
+  calls = {
+      "resize": lambda v: jaxops.resize(v, scales=(1, 1, 1.5, 0.5), mode="cubic",
+                                        antialias=True),
+      "interpolate": lambda v: F.interpolate(v, size=(3, 5), mode="bilinear"),
+      "adaptive_avg_pool2d": lambda v: F.adaptive_avg_pool2d(v, (3, 4)),
+  }
+  for name, f in calls.items():
+    want = np.asarray(f(x))
+    want_grad = np.asarray(jax.grad(lambda v: jnp.sum(f(v) ** 2))(x))
+    with jax.disable_jit():
+      got = np.asarray(f(x))
+      got_grad = np.asarray(jax.grad(lambda v: jnp.sum(f(v) ** 2))(x))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_strict_dtype_promotion():
+  """jax_numpy_dtype_promotion='strict': roi_align compared an integer count with a float one,
+  and (with x64) int32 with int64 indices, and raised TypePromotionError."""
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+  rois = np.array([[0.5, 1, 6, 7.5], [2, 0, 7, 4]], np.float32)
+  b = np.array([0, 1], np.int32)
+  want = np.asarray(jaxops.roi_align(x, rois, b, output_height=2, output_width=3))
+  want_t = np.asarray(F.roi_align(x, np.c_[b.astype(np.float32), rois], (2, 3)))
+  with jax.numpy_dtype_promotion("strict"):
+    got = np.asarray(jaxops.roi_align(x, rois, b, output_height=2, output_width=3))
+    got_t = np.asarray(F.roi_align(x, np.c_[b.astype(np.float32), rois], (2, 3)))
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(got_t, want_t)
+
+
+def test_index_type_check_follows_x64_at_each_call():
+  """The check that a plane's indices fit int32 ran inside the cached configuration: after a
+  call with x64 on, the same configuration with x64 off returned int32 indices unchecked.
+  (An empty batch: a plane of 2.5e9 elements costs nothing.) jaxops.torch.max_pool2d raised a
+  bare OverflowError there."""
+  x = np.zeros((0, 1, 50_000, 50_000), np.float32)
+  call = lambda: F.adaptive_max_pool2d(x, (2, 2), return_indices=True)  # noqa: E731
+  assert call()[1].dtype == np.int64  # the suite runs with x64 on
+  with jax.enable_x64(False):
+    with pytest.raises(ValueError, match="more than int32 indices can address"):
+      call()
+    with pytest.raises(ValueError, match="max_pool2d: an input plane of 2500000000 elements"):
+      F.max_pool2d(x, 2, return_indices=True)
+
+
+def test_fill_sign_does_not_depend_on_earlier_calls():
+  """tf_crop_and_resize's extrapolation_value -0.0 and 0.0 shared one cached configuration and
+  one jit cache entry (-0.0 == 0.0): the first call's sign filled every later call's."""
+  x = np.ones((1, 4), np.float32)
+  kw = dict(sizes=[3], axes=[1], mode="linear", roi=[1.5, 2.5],
+            coordinate_transformation_mode="tf_crop_and_resize")  # every output is the fill
+  for order in ((-0.0, 0.0, -0.0), (0.0, -0.0, 0.0)):
+    for v in order:
+      y = np.asarray(jaxops.resize(x, extrapolation_value=v, **kw))
+      assert np.all(np.signbit(y) == np.signbit(v)) and np.all(y == 0)
+      y = np.asarray(jax.jit(lambda a, v=v: jaxops.resize(a, extrapolation_value=v, **kw))(x))
+      assert np.all(np.signbit(y) == np.signbit(v))
+
+
+def test_symbolic_shapes_under_export():
+  """jax.export with a symbolic batch size: ops whose plans read every dimension raise a
+  TypeError naming the op (JAX's InconclusiveDimensionOperation escaped from inside the plans);
+  max_pool's gradient, whose index type read the batch size, now exports and runs; the pools
+  that never needed the batch size still export (plain jax.image.resize is the check that the
+  symbolic shape itself is fine)."""
+  from jax import export
+
+  (b,) = export.symbolic_shape("b")
+  spec = jax.ShapeDtypeStruct((b, 3, 8, 8), jnp.float32)
+  export.export(jax.jit(lambda v: jax.image.resize(v, (v.shape[0], 3, 16, 16), "linear")))(spec)
+  refused = {
+      "jaxops.resize": lambda v: jaxops.resize(v, scales=(1, 1, 2, 2), mode="linear"),
+      "jaxops.torch.interpolate": lambda v: F.interpolate(v, scale_factor=2, mode="bilinear"),
+      "jaxops.torch.adaptive_avg_pool2d": lambda v: F.adaptive_avg_pool2d(v, (3, 5)),
+      "jaxops.max_pool": lambda v: jaxops.max_pool(v, (2, 2), return_indices=True),
+      "jaxops.grid_sample": lambda v: jaxops.grid_sample(v, jnp.zeros((v.shape[0], 2, 2, 2))),
+      "jaxops.roi_align": lambda v: jaxops.roi_align(v, np.array([[0, 0, 4, 4]], np.float32),
+                                                     np.array([0], np.int32)),
+  }
+  for op, f in refused.items():
+    with pytest.raises(TypeError, match=rf"{op}: argument `\w+` has the symbolic shape"):
+      export.export(jax.jit(f))(spec)
+  x = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
+  works = {
+      "max_pool gradient": jax.grad(lambda v: jnp.sum(jaxops.max_pool(
+          v, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1)) ** 2)),
+      "average_pool": lambda v: jaxops.average_pool(v, (3, 3), strides=(2, 2)),
+      "even adaptive_avg_pool2d": lambda v: F.adaptive_avg_pool2d(v, (4, 4)),
+  }
+  for name, f in works.items():
+    exported = export.export(jax.jit(f))(spec)
+    np.testing.assert_allclose(np.asarray(exported.call(x)), np.asarray(f(x)), rtol=1e-6,
+                               err_msg=name)
