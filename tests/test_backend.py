@@ -505,5 +505,58 @@ def test_jax_function_of_a_model_is_differentiable():
               modes=("rev",), eps=1e-6)
   with pytest.raises(ValueError, match=r"needs the concrete value of each input in \['s'\]"):
     rep.jax_function()
-  with pytest.raises(ValueError, match=r"takes 2 inputs \['x', 'theta'\]; got 1"):
+  with pytest.raises(ValueError, match=r"takes the 2 inputs \['x', 'theta'\]; got 1"):
     f(x)
+
+
+def test_backend_review_mends():
+  """A review of the audit's fixes found: float lists past an integer input's type still
+  wrapped; is_compatible raised where constant folding failed; run_node by name reported a
+  missing input as a STRING one; jax_function left out the initializers listed as inputs; a
+  STRING tensor only folded constants read kept the model on the host path."""
+  rep = Backend.prepare(_model([helper.make_node("Cast", ["u"], ["y"], to=TensorProto.INT32)],
+                               [_vi("u", TensorProto.UINT8, [2])],
+                               [_vi("y", TensorProto.INT32, [2])]))
+  assert rep.run([[2.7, 255.0]])[0].tolist() == [2, 255]  # truncated, as onnxruntime
+  for bad in ([300.0, 1.0], [np.nan, 1.0], [-1.0, 1.0]):
+    with pytest.raises(ValueError, match="input 'u' is declared UINT8"):
+      rep.run([bad])
+  bad_shape = _model([helper.make_node("ConstantOfShape", ["sh"], ["z"])], [],
+                     [_vi("z", TensorProto.FLOAT, [2, 3])],
+                     [numpy_helper.from_array(np.array([2, -3], np.int64), "sh")])
+  assert Backend.is_compatible(bad_shape) is False
+  node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")
+  with pytest.raises(ValueError, match=r"missing inputs \['s'\]"):
+    run_node(node, {"x": np.ones((1, 1, 2, 2), np.float32)})
+  # a weight listed as a graph input: an optional argument of the JAX function
+  x = np.full((1, 1, 1, 1), 2.0, np.float32)
+  graph = helper.make_graph(
+      [helper.make_node("CastLike", ["w", "x"], ["wc"]),
+       helper.make_node("GlobalAveragePool", ["x"], ["m"]),
+       helper.make_node("GlobalLpPool", ["wc"], ["y"], p=2)], "g",
+      [_vi("x", TensorProto.FLOAT, [1, 1, 1, 1]), _vi("w", TensorProto.FLOAT, [1, 1, 1, 2])],
+      [_vi("m", TensorProto.FLOAT, [1, 1, 1, 1]), _vi("y", TensorProto.FLOAT, [1, 1, 1, 1])],
+      initializer=[numpy_helper.from_array(np.array([[[[3.0, 4.0]]]], np.float32), "w")])
+  rep = Backend.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+  f = rep.jax_function()
+  assert float(f(x)[1].ravel()[0]) == 5.0  # the stored weight
+  w = np.array([[[[6.0, 8.0]]]], np.float32)
+  assert float(f(x, w)[1].ravel()[0]) == rep.run({"x": x, "w": w})[1].ravel()[0] == 10.0
+  import jax
+  import jax.numpy as jnp
+  g = jax.grad(lambda v: jnp.sum(f(x, v)[1]))(w)  # d|w|/dw = w / |w|
+  np.testing.assert_allclose(np.asarray(g), w / 10.0, rtol=1e-6)
+  with pytest.raises(ValueError, match=r"then optionally the initializers \['w'\]; got 3"):
+    f(x, w, w)
+  # STRING only inside a folded chain (Cast to STRING and back, feeding Resize's scales)
+  strings = _model([helper.make_node("Cast", ["s0"], ["ss"], to=TensorProto.STRING),
+                    helper.make_node("Cast", ["ss"], ["s"], to=TensorProto.FLOAT), node],
+                   [_vi("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                   [_vi("y", TensorProto.FLOAT, [1, 1, 4, 4])],
+                   [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s0")], opset=19)
+  rep = Backend.prepare(strings)
+  xs = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+  (want,) = _ort(strings, {"x": xs})
+  np.testing.assert_array_equal(np.asarray(rep.jax_function()(xs)[0]), want)
+  np.testing.assert_array_equal(rep.run([xs])[0], want)
+  assert not rep._host

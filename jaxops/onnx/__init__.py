@@ -177,14 +177,12 @@ class BackendRep(_BaseRep):
     known = set(self._init) | set(self.input_names)
     consts: dict[str, np.ndarray] = {}
     static: set[str] = set()
-    host = any(v.dtype == object for v in self._init.values())
     producer = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
     for index, node in enumerate(graph.node):
       attrs = {a.name: _attr_value(a) for a in node.attribute}
       domain = "" if node.domain == "ai.onnx" else node.domain
       if node.op_type == "Constant" and domain == "":
         consts[node.output[0]] = _constant_value(node, attrs)
-        host = host or consts[node.output[0]].dtype == object  # STRING: JAX cannot hold it
         self._nodes.append((node, None, attrs))
         known.add(node.output[0])
         continue
@@ -211,7 +209,6 @@ class BackendRep(_BaseRep):
                 f"output of a node whose inputs are all constants; here another node computes "
                 f"it from a graph input")
           static.add(name)
-      host = host or bool(adapter.host and adapter.host(attrs))
       known.update(o for o in node.output if o)
       fixed = {**{n: v for n, v in self._init.items() if n not in self._overridable}, **consts}
       if all(n in fixed for n in node.input if n):
@@ -220,7 +217,6 @@ class BackendRep(_BaseRep):
         with jax.enable_x64(True), jax.default_device(self.device):
           outs = _run_node(node, adapter, attrs, fixed)
         consts.update((n, np.asarray(v)) for n, v in zip(node.output, outs) if n)
-        host = host or any(consts[n].dtype == object for n in node.output if n)
         self._nodes.append((node, None, attrs))
         continue
       self._nodes.append((node, adapter, attrs))
@@ -229,7 +225,13 @@ class BackendRep(_BaseRep):
       raise ValueError(f"jaxops.onnx: graph outputs {missing} are produced by no node")
     self._consts = consts
     self._static_names = static
-    self._host = host
+    # The host path (eager NumPy) where a STRING tensor (JAX cannot hold one) reaches a node
+    # that runs, or an output; those only folded constants read do not count.
+    live = {n for node, adapter, _ in self._nodes if adapter is not None for n in node.input
+            if n} | set(self.output_names)
+    self._host = any(adapter.host(attrs) for _, adapter, attrs in self._nodes
+                     if adapter is not None and adapter.host) or any(
+        v.dtype == object for n, v in {**self._init, **consts}.items() if n in live)
     self._cache: dict[Any, Any] = {}
 
   def _execute(self, env: dict[str, Any]) -> list[Any]:
@@ -278,6 +280,9 @@ class BackendRep(_BaseRep):
 
     The returned ``f(*inputs)`` takes the graph inputs in order, less those that decide an
     output shape (``static_inputs`` lists them): their concrete values are given here, by name.
+    Initializers listed among the graph inputs (defaults a feed may replace) follow as optional
+    arguments, in graph order (their stored values where left out; a static one may be given
+    here).
     It returns the tuple of the graph outputs as JAX arrays. Unlike ``run``, which computes
     with JAX's 64-bit types on, ``f`` follows the caller's setting (``jax_enable_x64``): INT64
     or DOUBLE tensors are 32-bit without it, as any JAX function's. Models with STRING tensors
@@ -306,29 +311,35 @@ class BackendRep(_BaseRep):
                        "hold; use run()")
     given = dict(static or {})
     unknown = sorted(set(given) - set(self.static_inputs))
-    missing = [n for n in self.static_inputs if n not in given]
+    missing = [n for n in self.static_inputs if n not in given and n not in self._init]
     if unknown or missing:
       raise ValueError(f"jaxops.onnx: jax_function needs the concrete value of each input in "
-                       f"{self.static_inputs} (they decide output shapes); got "
-                       f"{sorted(given)}")
+                       f"{[n for n in self.static_inputs if n not in self._init]} (they decide "
+                       f"output shapes; initializers among {self.static_inputs} keep theirs "
+                       f"if not given); got {sorted(given)}")
     fixed = {n: self._fed(n, v) for n, v in given.items()}
     for n, v in fixed.items():
       self._check_declared(n, v)
     names = [n for n in self.input_names if n not in self._static_names]
+    # Initializers listed as graph inputs (torch.onnx's keep_initializers_as_inputs): optional
+    # arguments after the others, so that gradients may reach the weights.
+    extra = [n for n in self._overridable if n not in self._static_names]
 
     def f(*inputs: Any) -> tuple[jax.Array, ...]:
-      if len(inputs) != len(names):
-        raise ValueError(f"jaxops.onnx: the function takes {len(names)} inputs {names}; got "
-                         f"{len(inputs)}")
-      env = {**self._init, **fixed, **dict(zip(names, inputs))}
+      if not len(names) <= len(inputs) <= len(names) + len(extra):
+        raise ValueError(f"jaxops.onnx: the function takes the {len(names)} inputs {names}"
+                         + (f", then optionally the initializers {extra}" if extra else "")
+                         + f"; got {len(inputs)}")
+      env = {**self._init, **fixed, **dict(zip(names + extra, inputs))}
       return tuple(jax.numpy.asarray(o) for o in self._execute(env))
 
     return f
 
   @property
   def static_inputs(self) -> list[str]:
-    """The graph inputs whose values decide output shapes (each value compiles once)."""
-    return [n for n in self.input_names if n in self._static_names]
+    """The graph inputs (initializers listed as inputs too) whose values decide output shapes
+    (each value compiles once)."""
+    return [n for n in self.input_names + self._overridable if n in self._static_names]
 
   def _fed(self, name: str, value: Any) -> Any:
     """A fed value as an array; a Python list or number (no dtype of its own) takes the graph
@@ -338,9 +349,13 @@ class BackendRep(_BaseRep):
     want = None if t is None or hasattr(value, "dtype") else _dtypes.BY_ENUM.get(t.elem_type)
     if want is not None and want.dtype is not None and arr.dtype != object:
       target = np.dtype(want.dtype)
-      if target.kind in "iu" and arr.dtype.kind in "iu" and arr.size:
+      if target.kind in "iu" and arr.dtype.kind in "iuf" and arr.size:
         info = np.iinfo(target)  # (a NumPy cast would wrap 300 into UINT8 as 44)
-        lo, hi = int(arr.min()), int(arr.max())
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+          raise ValueError(f"jaxops.onnx: input {name!r} is declared {want.name}; the fed "
+                           f"values hold {arr[~np.isfinite(arr)].reshape(-1)[0]}")
+        # (as Python numbers: a float64 past 2**63 compares exactly)
+        lo, hi = arr.min().item(), arr.max().item()
         if lo < info.min or hi > info.max:
           raise ValueError(f"jaxops.onnx: input {name!r} is declared {want.name}, whose range "
                            f"is [{info.min}, {info.max}]; the fed values reach "
@@ -418,7 +433,7 @@ class Backend(_BaseBackend):
       return False
     try:
       BackendRep(model, device)
-    except NotImplementedError:
+    except (NotImplementedError, ValueError, TypeError):  # (constant folding runs the nodes)
       return False
     return True
 
@@ -475,6 +490,10 @@ class Backend(_BaseBackend):
       if unknown:
         raise ValueError(f"jaxops.onnx: node {node.name!r} ({node.op_type}) has no inputs "
                          f"{sorted(unknown)}; its inputs are {list(node.input)}")
+      absent = [n for n in node.input if n and n not in inputs]
+      if absent:
+        raise ValueError(f"jaxops.onnx: node {node.name!r} ({node.op_type}): missing inputs "
+                         f"{absent}")
       inputs = [inputs.get(n) if n else None for n in node.input]
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     named = [n for n in node.input if n]
