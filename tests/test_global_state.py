@@ -130,3 +130,43 @@ def test_affine_grid_base_is_not_a_constant_of_the_whole_grid():
   assert len(exported.serialize()) < 100_000
   out = jax.eval_shape(lambda t: jaxops.affine_grid(t, (1, 1, 8192, 8192)), spec)
   assert out.shape == (1, 8192, 8192, 2)
+
+
+def test_max_pool_window_starts_past_the_table_size(monkeypatch):
+  """max_pool's indices (and its gradient's gathers) take the window starts of large output
+  planes as a sum of one row per axis on the device, not a trace-time table of the plane (a
+  2048 x 2048 export held 8 MB of it). Forced for small planes here, against torch's indices
+  (per plane, offset by the plane) and torch's gradient; a 2048 x 2048 export is small."""
+  import torch
+
+  from jaxops import _max_pool
+
+  monkeypatch.setattr(_max_pool, "_BASE_TABLE_MAX", 0)
+  jax.clear_caches()
+  rng = np.random.default_rng(11)
+  for nd, shape, kw in [(2, (2, 3, 13, 11), dict(kernel_size=3, stride=2, padding=1)),
+                        (1, (2, 2, 17), dict(kernel_size=2, stride=1, dilation=2, padding=1)),
+                        (3, (1, 2, 5, 6, 7), dict(kernel_size=2, stride=(1, 2, 3)))]:
+    x = rng.standard_normal(shape)
+    xt = torch.tensor(x, requires_grad=True)
+    ty, ti = getattr(torch.nn.functional, f"max_pool{nd}d")(xt, return_indices=True, **kw)
+    ty.pow(2).sum().backward()
+    k = [kw["kernel_size"]] * nd
+    s = list(kw["stride"]) if isinstance(kw["stride"], tuple) else [kw["stride"]] * nd
+    p = [kw.get("padding", 0)] * nd
+    d = [kw.get("dilation", 1)] * nd
+    y, i = jaxops.max_pool(x, k, strides=s, pads=p + p, dilations=d, return_indices=True)
+    plane = int(np.prod(shape[2:]))
+    offsets = (np.arange(shape[0] * shape[1]) * plane).reshape(shape[:2] + (1,) * nd)
+    np.testing.assert_array_equal(np.asarray(i), ti.numpy() + offsets)
+    g = jax.grad(lambda v: jnp.sum(jaxops.max_pool(v, k, strides=s, pads=p + p,
+                                                   dilations=d) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12)
+  jax.clear_caches()
+  monkeypatch.undo()
+  from jax import export
+
+  spec = jax.ShapeDtypeStruct((1, 1, 2048, 2048), jnp.float32)  # a 1024 x 1024 output plane
+  exported = export.export(jax.jit(lambda v: jaxops.max_pool(
+      v, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1), return_indices=True)))(spec)
+  assert len(exported.serialize()) < 100_000
