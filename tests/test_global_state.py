@@ -135,7 +135,7 @@ def test_affine_grid_base_is_not_a_constant_of_the_whole_grid():
 def test_max_pool_window_starts_past_the_table_size(monkeypatch):
   """max_pool's indices (and its gradient's gathers) take the window starts of large output
   planes as a sum of one row per axis on the device, not a trace-time table of the plane (a
-  2048 x 2048 export held 8 MB of it). Forced for small planes here, against torch's indices
+  2048 x 2048 export held 4.2 MB of it). Forced for small planes here, against torch's indices
   (per plane, offset by the plane) and torch's gradient; a 2048 x 2048 export is small."""
   import torch
 
