@@ -170,3 +170,37 @@ def test_max_pool_window_starts_past_the_table_size(monkeypatch):
   exported = export.export(jax.jit(lambda v: jaxops.max_pool(
       v, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1), return_indices=True)))(spec)
   assert len(exported.serialize()) < 100_000
+
+
+def test_average_pool_divisor_past_the_table_size(monkeypatch):
+  """average_pool's divisor of a large 2-D output plane (windows cut by padding or ceil_mode)
+  is the product of one row of counts per axis on the device, not a trace-time table (4096 x
+  4096 took 0.4 s to trace). Forced for small planes here, against torch."""
+  import torch
+
+  from jaxops import _pool
+
+  monkeypatch.setattr(_pool, "_DIVISOR_TABLE_MAX", 0)
+  jax.clear_caches()
+  rng = np.random.default_rng(12)
+  for shape, k, s, p, ceil in [((2, 3, 13, 11), 3, 2, 1, False), ((1, 2, 9, 10), 4, 3, 2, True),
+                               ((2, 2, 17), 3, 2, 1, True)]:
+    x = rng.standard_normal(shape)
+    nd = len(shape) - 2
+    xt = torch.tensor(x, requires_grad=True)
+    ty = getattr(torch.nn.functional, f"avg_pool{nd}d")(xt, k, s, p, ceil_mode=ceil,
+                                                       count_include_pad=False)
+    ty.pow(2).sum().backward()
+    f = lambda v, nd=nd, k=k, s=s, p=p, ceil=ceil: jaxops.average_pool(  # noqa: E731
+        v, (k,) * nd, strides=(s,) * nd, pads=(p,) * 2 * nd, ceil_mode=ceil)
+    np.testing.assert_allclose(np.asarray(f(x)), ty.detach().numpy(), rtol=1e-12)
+    g = jax.grad(lambda v: jnp.sum(f(v) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12)
+  jax.clear_caches()
+  monkeypatch.undo()
+  from jax import export
+
+  spec = jax.ShapeDtypeStruct((1, 1, 2048, 2048), jnp.float32)
+  exported = export.export(jax.jit(lambda v: jaxops.average_pool(
+      v, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))))(spec)
+  assert len(exported.serialize()) < 100_000
