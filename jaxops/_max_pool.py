@@ -579,11 +579,11 @@ def _plane_index(arg: jax.Array, axes: tuple[WindowAxis, ...], spatial: tuple[in
     offsets = np.add.outer(offsets, np.arange(a.kernel) * a.dilation * st)
   offsets = offsets.reshape(-1)
   info = np.iinfo(dtype)
-  # every partial sum of the rows, and the offsets, within the dtype
-  lows = np.cumsum([r.min() for r in rows]) if all(r.size for r in rows) else np.zeros(1)
-  highs = np.cumsum([r.max() for r in rows]) if all(r.size for r in rows) else np.zeros(1)
-  if min(lows.min(), offsets.min(), *(r.min() for r in rows if r.size)) < info.min or max(
-      highs.max(), offsets.max(), *(r.max() for r in rows if r.size)) > info.max:
+  # every row, every partial sum of them and the offsets within the dtype: bounded by the sums
+  # of the rows' minima and maxima, each taken with 0
+  low = sum(int(r.min(initial=0)) for r in rows)
+  high = sum(int(r.max(initial=0)) for r in rows)
+  if min(low, offsets.min()) < info.min or max(high, offsets.max()) > info.max:
     dtype = np.dtype(np.int32)  # a table past a small dtype (large dilations or padding)
   if len(offsets) <= 32:
     off = jnp.zeros(arg.shape, dtype)
@@ -795,10 +795,11 @@ def unpool_replicated(f: Callable[..., jax.Array], x: jax.Array, indices: jax.Ar
   axes (``explicit_spec``), computed on replicated inputs and resharded as ``x``'s leading
   axes: the indices may name any position of the output (an all-gather, as under automatic
   sharding; README, Sharding). Shared with ``jaxops.torch.max_unpool{1,2,3}d``."""
-  if explicit_spec(x) is None and explicit_spec(indices) is None:
+  spec = explicit_spec(x)
+  if spec is None and explicit_spec(indices) is None:
     return f(x, indices, *static)
   y = f(replicated(x), replicated(indices), *static)
-  lead = (explicit_spec(x) or (None,) * x.ndim)[:x.ndim - nd]
+  lead = (spec or (None,) * x.ndim)[:x.ndim - nd]
   return jax.sharding.reshard(y, jax.P(*lead, *(None,) * nd))
 
 

@@ -177,6 +177,7 @@ class BackendRep(_BaseRep):
     known = set(self._init) | set(self.input_names)
     consts: dict[str, np.ndarray] = {}
     static: set[str] = set()
+    constant_init = {n: v for n, v in self._init.items() if n not in self._overridable}
     producer = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
     for index, node in enumerate(graph.node):
       attrs = {a.name: _attr_value(a) for a in node.attribute}
@@ -210,12 +211,11 @@ class BackendRep(_BaseRep):
                 f"it from a graph input")
           static.add(name)
       known.update(o for o in node.output if o)
-      fixed = {**{n: v for n, v in self._init.items() if n not in self._overridable}, **consts}
-      if all(n in fixed for n in node.input if n):
+      if all(n in consts or n in constant_init for n in node.input if n):
         # Every input a constant: computed now (constant folding, as onnxruntime does), so that
         # a shape input may come from such a node (ConstantOfShape or Cast of an initializer).
         with jax.enable_x64(True), jax.default_device(self.device):
-          outs = _run_node(node, adapter, attrs, fixed)
+          outs = _run_node(node, adapter, attrs, {**constant_init, **consts})
         consts.update((n, np.asarray(v)) for n, v in zip(node.output, outs) if n)
         self._nodes.append((node, None, attrs))
         continue
