@@ -411,7 +411,7 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
     align = False
   else:
     align = _align_corners(op, align_corners)
-  antialias = _checks.static_bool(op, "antialias", antialias)
+  antialias = _flag(op, "antialias", antialias)
   dim = len(shape) - 2
   if size is not None and scale_factor is not None:
     raise ValueError(f"{op}: only one of size or scale_factor should be defined")
@@ -440,12 +440,13 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
           f"scale_factor in (s1, s2, ...,sK) format.")
     sf = scale_factor if isinstance(scale_factor, (list, tuple)) else (scale_factor,) * max(dim,
                                                                                            0)
-    scales = tuple(_checks.static_float(op, "scale_factor", v) for v in sf)
+    # torch takes a bool as a number (True is a scale of 1)
+    scales = tuple(_checks.static_float(op, "scale_factor", float(v) if isinstance(v, bool)
+                                        else v) for v in sf)
     out = None
   else:
     raise ValueError(f"{op}: either size or scale_factor should be defined")
-  recompute = (recompute_scale_factor is not None
-               and _checks.static_bool(op, "recompute_scale_factor", recompute_scale_factor))
+  recompute = _flag(op, "recompute_scale_factor", recompute_scale_factor)
   if recompute and size is not None:
     raise ValueError(f"{op}: recompute_scale_factor is not meaningful with an explicit size.")
   if mode == "area" and out is None:
@@ -699,7 +700,7 @@ def _adaptive_avg(name: str, nd: int, input: ArrayLike, output_size: Any) -> jax
                   output_size)
   if any(n == 0 for n, _ in cfg.axes):  # every output size is 1 here: torch's mean, NaN
     return jnp.mean(x, axis=tuple(range(x.ndim - nd, x.ndim)), keepdims=True)
-  if any(n % o for n, o in cfg.axes):  # uneven windows: the resize kernel's plans
+  if any(o and n % o for n, o in cfg.axes):  # uneven windows: the resize kernel's plans
     _checks.concrete_shape(_op(name), "input", x)
   return _adaptive_jit(x, cfg)
 
@@ -782,6 +783,26 @@ def adaptive_avg_pool3d(input: ArrayLike, output_size: Any) -> jax.Array:
 # --- average pooling ----------------------------------------------------------------------------
 
 
+def _aten_bool(op: str, arg: str, value: Any) -> bool:
+  """A bool argument that torch passes to its ATen operator: a Python bool only (torch's
+  TypeError for 0 or 1, a NumPy bool or None)."""
+  if not isinstance(value, bool):
+    raise _checks.type_error(op, arg, value, "a Python bool, as torch takes it")
+  return value
+
+
+def _flag(op: str, arg: str, value: Any) -> bool:
+  """A flag that torch tests in Python (``if return_indices:``): any value's truth, None as
+  False, as torch takes it; traced values are a TypeError (the flag selects code)."""
+  if _checks.is_traced(value):
+    raise _checks.type_error(op, arg, value, "a concrete value (it selects code, so it must be "
+                             "concrete under jax.jit)")
+  try:
+    return bool(value)
+  except (TypeError, ValueError):
+    raise _checks.type_error(op, arg, value, "a value with a truth value (a bool)") from None
+
+
 def _align_corners(op: str, value: Any) -> bool:
   """torch's align_corners: None (False) or a Python bool; anything else (0 or 1, a NumPy or
   JAX bool) is torch's TypeError."""
@@ -834,8 +855,8 @@ def _avg_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
   k = _pool_arg(op, "kernel_size", kernel_size, nd)
   s = k if stride is None else (_pool_arg(op, "stride", stride, nd, allow_empty=True) or k)
   p = _pool_arg(op, "padding", padding, nd)
-  ceil_mode = _checks.static_bool(op, "ceil_mode", ceil_mode)
-  cip = _checks.static_bool(op, "count_include_pad", count_include_pad)
+  ceil_mode = _aten_bool(op, "ceil_mode", ceil_mode)
+  cip = _aten_bool(op, "count_include_pad", count_include_pad)
   if divisor_override is not None:
     if _checks.is_traced(divisor_override) or not isinstance(divisor_override,
                                                              (int, np.integer)) or isinstance(
@@ -1039,8 +1060,8 @@ def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
   s = k if stride is None else (_pool_arg(op, "stride", stride, nd, allow_empty=True) or k)
   p = _pool_arg(op, "padding", padding, nd)
   d = _pool_arg(op, "dilation", dilation, nd)
-  ceil_mode = _checks.static_bool(op, "ceil_mode", ceil_mode)
-  ind = _checks.static_bool(op, "return_indices", return_indices)
+  ceil_mode = _aten_bool(op, "ceil_mode", ceil_mode)
+  ind = _flag(op, "return_indices", return_indices)
   if any(v <= 0 for v in k):
     raise _checks.value_error(op, "kernel_size", kernel_size, "greater than zero")
   if any(v <= 0 for v in s):
@@ -1161,9 +1182,12 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
              stride: Any, ceil_mode: Any) -> jax.Array:
   op = _op(name)
   x = _float_input(name, input)
-  p = _checks.static_float(op, "norm_type", norm_type, finite=False)
-  if np.isnan(p):
-    raise _checks.value_error(op, "norm_type", norm_type, "a float other than NaN")
+  # torch takes a bool as a number (True is p = 1)
+  p = _checks.static_float(op, "norm_type", float(norm_type) if isinstance(
+      norm_type, (bool, np.bool_)) else norm_type, finite=False)
+  if p == 0:  # torch's 1 / norm_type: its ZeroDivisionError, here also a ValueError
+    raise _ZeroNormType(f"{op}: argument `norm_type` must be nonzero (torch divides by it: 1 / "
+                        f"norm_type); got {norm_type!r}")
   # torch's lp_pool multiplies by kernel_size: lp_pool1d takes an int only (a sequence is
   # torch's TypeError; with p = +-inf torch's lp_pool1d is its max_pool1d, which takes one),
   # lp_pool2d/3d unpack it into exactly nd ints (no one-element broadcast).
@@ -1181,12 +1205,19 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
     a = x * jnp.sign(x)  # |x| with torch's derivative sign(x): 0 at 0 (jnp.abs gives 1)
     return sign * mx(sign * a, kernel_size, stride, 0, 1, ceil_mode)
   avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
+  if np.isnan(p):  # torch: x ** nan is NaN, so is every output and every input's gradient
+    return avg(x * jnp.asarray(np.nan, x.dtype), kernel_size, stride, 0, ceil_mode)
   # float16 and bfloat16 in float32, rounded once (each step of the chain rounded eagerly, and
   # jit, which fuses the steps, did not: their results differed)
   v = x.astype(_checks.compute_dtype(x.dtype))
   a = avg(_pow_scalar(v, p), kernel_size, stride, 0, ceil_mode)
   return _pow_scalar(jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k), 1.0 / p).astype(
       x.dtype)
+
+
+class _ZeroNormType(ValueError, ZeroDivisionError):
+  """``lp_pool{1,2,3}d``'s ``norm_type=0``: torch's ZeroDivisionError, and the ValueError that
+  names the argument."""
 
 
 def _pow_scalar(v: jax.Array, e: float) -> jax.Array:
@@ -1212,7 +1243,8 @@ _LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x *
   Args:
     input: float16, bfloat16, float32 or float64 array, ``(N, C, *spatial)`` or unbatched.
     norm_type: ``p`` (a float; negative window sums give NaN for fractional powers, as torch;
-      ``inf`` gives each window's largest ``|x|`` and ``-inf`` its smallest, as torch).
+      ``inf`` gives each window's largest ``|x|`` and ``-inf`` its smallest, NaN gives NaN
+      everywhere, and a bool is the number 1 or 0, as torch).
     kernel_size: {kernel_arg}
     stride: an int or one per axis; default ``kernel_size``.
     ceil_mode: round output lengths up.
@@ -1221,7 +1253,8 @@ _LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x *
     The pooled array, of ``input``'s dtype.
 
   Raises:
-    ValueError: as ``avg_pool{nd}d``{seq_value}.
+    ValueError: as ``avg_pool{nd}d``{seq_value}; ``norm_type`` 0 (also a ZeroDivisionError,
+      as torch raises).
     TypeError: a non-number ``norm_type``, non-integer or traced sizes, a non-float input{seq}.
 
   Examples:
@@ -1462,8 +1495,6 @@ def _roi_align_config(shape: tuple[int, ...], dtype: Any, boxes: tuple, output_s
                              "floating (float16, bfloat16, float32 or float64)")
   if len(shape) != 4:
     raise _checks.value_error(op, "input", f"shape {tuple(shape)}", "4-D: (N, C, H, W)")
-  if shape[0] == 0 or shape[2] == 0 or shape[3] == 0:
-    raise _checks.value_error(op, "input", f"shape {tuple(shape)}", "non-empty N, H and W")
   lengths: tuple[int, ...] | None
   if boxes[0] == "list":  # one (L, 4) array per image
     for s, _ in boxes[1]:
@@ -1483,6 +1514,7 @@ def _roi_align_config(shape: tuple[int, ...], dtype: Any, boxes: tuple, output_s
   if kinds and kinds != {np.dtype(dtype)}:
     raise _checks.type_error(op, "boxes", f"dtype {', '.join(sorted(k.name for k in kinds))}",
                              f"of input's dtype {np.dtype(dtype).name} (as torchvision)")
+  _no_floats(op, "output_size", output_size, "an int or (height, width)")
   if isinstance(output_size, (list, tuple)):
     if len(output_size) != 2:
       raise _checks.value_error(op, "output_size", output_size, "an int or (height, width)")
@@ -1495,7 +1527,17 @@ def _roi_align_config(shape: tuple[int, ...], dtype: Any, boxes: tuple, output_s
   if _checks.is_traced(sampling_ratio) or isinstance(sampling_ratio, (bool, np.bool_)) or (
       not isinstance(sampling_ratio, (int, np.integer))):
     raise _checks.type_error(op, "sampling_ratio", sampling_ratio, "an int")
-  align = _checks.static_bool(op, "aligned", aligned)
+  # torchvision passes it to its registered operator, whose bool takes None and numbers
+  if aligned is not None and not isinstance(aligned, (bool, int, float, np.bool_, np.integer,
+                                                      np.floating)):
+    raise _checks.type_error(op, "aligned", aligned, "a bool (or None or a number, as torch's "
+                             "operators take it)")
+  align = _flag(op, "aligned", aligned)
+  k = sum(lengths) if lengths is not None else boxes[1][0]
+  # torchvision's kernel returns an empty output before it reads the input
+  if (shape[0] == 0 or shape[2] == 0 or shape[3] == 0) and k * shape[1] * out[0] * out[1]:
+    raise _checks.value_error(op, "input", f"shape {tuple(shape)}", "non-empty N, H and W "
+                              "(unless the output is empty)")
   return _RoiAlign(out[0], out[1], scale, max(int(sampling_ratio), 0), align, lengths)
 
 
@@ -1511,7 +1553,7 @@ def _roi_align_jit(x: jax.Array, boxes: Any, cfg: _RoiAlign) -> jax.Array:
     rois = jnp.concatenate(boxes, axis=0) if boxes else jnp.zeros((0, 4), x.dtype)
     index = jnp.asarray(np.repeat(np.arange(len(cfg.lengths)), cfg.lengths), jnp.int32)
   k = rois.shape[0]
-  if k == 0 or cfg.out_h == 0 or cfg.out_w == 0:
+  if k * x.shape[1] * cfg.out_h * cfg.out_w == 0:
     return jnp.zeros((k, x.shape[1], cfg.out_h, cfg.out_w), x.dtype)
   return jaxops.roi_align(
       x, rois, index, mode="avg", output_height=cfg.out_h, output_width=cfg.out_w,
@@ -1547,7 +1589,7 @@ def roi_align(input: ArrayLike, boxes: Any, output_size: Any, spatial_scale: flo
     ``(K, C, output_height, output_width)``, of ``input``'s dtype.
 
   Raises:
-    ValueError: an input that is not 4-D or is empty, boxes not ``(K, 5)`` (or a list entry
+    ValueError: an input that is not 4-D, or empty where the output is not, boxes not ``(K, 5)`` (or a list entry
       not ``(L, 4)``), a bad ``output_size``.
     TypeError: a non-float input, boxes of another dtype, non-integer or traced static
       arguments.
@@ -1805,7 +1847,7 @@ class _AdaptiveMax:
 def _amax_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any,
                  return_indices: Any) -> _AdaptiveMax:
   op = _op(name)
-  ind = _checks.static_bool(op, "return_indices", return_indices)
+  ind = _flag(op, "return_indices", return_indices)
   return _AdaptiveMax(_adaptive_config(name, nd, shape, output_size).axes, ind)
 
 

@@ -197,6 +197,14 @@ def test_integer_dtype_deviations_are_pinned():
   assert TF.avg_pool1d(torch.tensor(x), 2).tolist() == [[[-2, 3, 2]]]  # truncated toward zero
   with pytest.raises(TypeError, match="jaxops.torch.avg_pool1d: argument `input` must have dtype"):
     F.avg_pool1d(x, 2)
+  # lp_pool: torch takes integers (a float norm_type in float32, an integer one through the
+  # truncating integer average: [3, 4] with p = 2 gives sqrt(2 * (25 // 2)), not 5); jaxops.torch
+  # refuses them
+  assert TF.lp_pool1d(torch.tensor([[[3, 4]]]), 2, 2).item() == pytest.approx(24 ** 0.5)
+  assert TF.lp_pool1d(torch.tensor(x), 2.0, 2).dtype == torch.float32
+  for p in (2, 2.0):
+    with pytest.raises(TypeError, match="jaxops.torch.lp_pool1d: argument `input`"):
+      F.lp_pool1d(x, p, 2)
   xi = np.arange(6, dtype=np.int32).reshape(1, 1, 6)
   with pytest.raises(NotImplementedError):
     TF.interpolate(torch.tensor(xi), size=3)

@@ -406,8 +406,13 @@ def test_lp_pool_infinite_norm_type_matches_torch(nd, norm_type):
   if nd == 1:  # torch's lp_pool1d is then its max_pool1d, which takes a one-element kernel list
     np.testing.assert_array_equal(np.asarray(fn(x, norm_type, [3])),
                                   tfn(torch.tensor(x), norm_type, [3]).numpy())
-  with pytest.raises(ValueError, match=f"lp_pool{nd}d: argument `norm_type`"):
-    fn(x, np.nan, 3)
+  # NaN: torch's x ** nan, NaN everywhere (values and the gradient), not an error
+  xt = torch.tensor(x, requires_grad=True)
+  ty = tfn(xt, np.nan, 3, 2, True)
+  ty.sum().backward()
+  y, g = jax.value_and_grad(lambda v: jnp.sum(fn(v, np.nan, 3, 2, True)))(x)
+  np.testing.assert_array_equal(np.asarray(fn(x, np.nan, 3, 2, True)), ty.detach().numpy())
+  np.testing.assert_array_equal(np.asarray(g), xt.grad.numpy())
 
 
 def test_interpolate_infinite_input_deviation_is_pinned():

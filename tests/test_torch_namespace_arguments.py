@@ -1,0 +1,148 @@
+"""jaxops.torch takes and refuses edge arguments as torch 2.13 does: bool arguments that torch
+passes to its ATen operators (Python bools only) and flags it tests in Python (any truth value),
+outputs of size 0, and lp_pool's special norm types. The oracle is torch itself, run on the
+same arguments."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import jaxops.torch as F
+
+_X4 = np.random.default_rng(3).standard_normal((2, 3, 7, 6))
+
+
+def _run(fn: Callable[[], Any]) -> Any:
+  """The outputs as NumPy arrays, or the exception's type."""
+  try:
+    out = fn()
+  except Exception as e:  # noqa: BLE001 - the class is what is compared
+    return type(e)
+  outs = out if isinstance(out, tuple) else (out,)
+  return tuple(np.asarray(o.detach().numpy() if isinstance(o, torch.Tensor) else o)
+               for o in outs)
+
+
+def _same(theirs: Any, ours: Any, what: str) -> None:
+  if isinstance(theirs, type):
+    assert isinstance(ours, type) and issubclass(ours, theirs), (what, theirs, ours)
+    return
+  assert not isinstance(ours, type), (what, "torch accepts, jaxops.torch raised", ours)
+  assert len(theirs) == len(ours), what
+  for t, o in zip(theirs, ours):
+    assert t.shape == o.shape, (what, t.shape, o.shape)
+    if np.issubdtype(t.dtype, np.integer):
+      np.testing.assert_array_equal(o, t, err_msg=what)
+    else:
+      np.testing.assert_allclose(o, t, rtol=1e-12, atol=1e-12, err_msg=what)
+
+
+_ODD_FLAGS = [True, False, 1, 0, np.bool_(True), None, "x", 1.0]
+
+
+@pytest.mark.parametrize("value", _ODD_FLAGS, ids=repr)
+def test_bool_arguments_are_taken_as_torch_takes_them(value):
+  """ceil_mode and count_include_pad reach ATen (a Python bool only, else torch's TypeError);
+  return_indices, antialias and recompute_scale_factor are tested in Python (any truth value,
+  None as False)."""
+  tx = torch.tensor(_X4)
+  cases = [
+      ("avg_pool2d ceil_mode", lambda m: m.avg_pool2d(_in(m), 2, ceil_mode=value)),
+      ("avg_pool1d count_include_pad",
+       lambda m: m.avg_pool1d(_in(m)[0], 3, 2, 1, count_include_pad=value)),
+      ("max_pool2d ceil_mode", lambda m: m.max_pool2d(_in(m), 2, ceil_mode=value)),
+      ("max_pool3d ceil_mode", lambda m: m.max_pool3d(_in(m), 2, ceil_mode=value)),
+      ("lp_pool2d ceil_mode", lambda m: m.lp_pool2d(_in(m), 2, 2, ceil_mode=value)),
+      ("max_pool2d return_indices", lambda m: m.max_pool2d(_in(m), 2, return_indices=value)),
+      ("max_pool1d return_indices",
+       lambda m: m.max_pool1d(_in(m)[0], 2, return_indices=value)),
+      ("adaptive_max_pool2d return_indices",
+       lambda m: m.adaptive_max_pool2d(_in(m), 3, return_indices=value)),
+      ("interpolate antialias",
+       lambda m: m.interpolate(_in(m), size=3, mode="bilinear", antialias=value)),
+      ("interpolate recompute_scale_factor",
+       lambda m: m.interpolate(_in(m), scale_factor=1.5, mode="bilinear",
+                               recompute_scale_factor=value)),
+  ]
+
+  def _in(m: Any) -> Any:
+    return tx if m is TF else _X4
+
+  for what, call in cases:
+    _same(_run(lambda: call(TF)), _run(lambda: call(F)), f"{what}={value!r}")
+
+
+def test_ceil_mode_error_names_the_argument():
+  with pytest.raises(TypeError, match=r"avg_pool2d: argument `ceil_mode` must be a Python bool"):
+    F.avg_pool2d(_X4, 2, ceil_mode=1)
+
+
+@pytest.mark.parametrize("case", [
+    ("adaptive_avg_pool2d", (2, 0)), ("adaptive_avg_pool2d", (0, 3)),
+    ("adaptive_avg_pool2d", (3, 0)), ("adaptive_avg_pool1d", 0), ("adaptive_avg_pool3d", 0),
+    ("adaptive_max_pool2d", (2, 0)), ("adaptive_max_pool1d", 0)], ids=str)
+def test_adaptive_pools_to_size_zero_match_torch(case):
+  """An output size of 0 gives torch's empty array (an uneven window on another axis or not),
+  and a zero gradient."""
+  name, size = case
+  nd = int(name[-2])
+  x = np.random.default_rng(5).standard_normal((2, 3) + (7, 6, 6)[:nd])
+  theirs = _run(lambda: getattr(TF, name)(torch.tensor(x), size))
+  _same(theirs, _run(lambda: getattr(F, name)(x, size)), name)
+  g = jax.grad(lambda v: jnp.sum(jnp.asarray(getattr(F, name)(v, size)) ** 2))(x)
+  np.testing.assert_array_equal(np.asarray(g), np.zeros_like(x))
+
+
+@pytest.mark.parametrize("kw", [dict(size=0), dict(scale_factor=0.1), dict(size=(0, 3))],
+                         ids=str)
+def test_area_interpolate_to_size_zero_matches_torch(kw):
+  x = _X4[:, :, :6, :6] if isinstance(kw.get("size"), tuple) else _X4[:, :, 0]
+  _same(_run(lambda: TF.interpolate(torch.tensor(x), mode="area", **kw)),
+        _run(lambda: F.interpolate(x, mode="area", **kw)), str(kw))
+
+
+def test_scale_factor_true_is_one_as_in_torch():
+  _same(_run(lambda: TF.interpolate(torch.tensor(_X4), scale_factor=True)),
+        _run(lambda: F.interpolate(_X4, scale_factor=True)), "scale_factor=True")
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_lp_pool_bool_and_zero_norm_types_match_torch(nd):
+  """norm_type True is p = 1 in torch; 0 (or False) is torch's ZeroDivisionError (1 / p),
+  which jaxops.torch also raises as a ValueError naming the argument."""
+  x = np.random.default_rng(nd).standard_normal((2, 2) + (6, 5, 4)[:nd])
+  fn, tfn = getattr(F, f"lp_pool{nd}d"), getattr(TF, f"lp_pool{nd}d")
+  _same(_run(lambda: tfn(torch.tensor(x), True, 2)), _run(lambda: fn(x, True, 2)), "True")
+  for p in (0, 0.0, False):
+    _same(_run(lambda: tfn(torch.tensor(x), p, 2)), _run(lambda: fn(x, p, 2)), repr(p))
+    with pytest.raises(ValueError, match=f"lp_pool{nd}d: argument `norm_type` must be nonzero"):
+      fn(x, p, 2)
+
+
+def test_roi_align_edge_arguments():
+  """torchvision's roi_align: an empty output (no boxes) needs no non-empty input; its
+  ``aligned`` reaches a registered operator, whose bool takes None and numbers; its
+  ``output_size`` is an int (a float is a TypeError). torchvision does not load beside the CPU
+  torch here: the expected behaviour is read from its source."""
+  x = np.random.default_rng(0).standard_normal((2, 3, 5, 5)).astype(np.float32)
+  none = np.zeros((0, 5), np.float32)
+  assert F.roi_align(np.zeros((0, 3, 5, 5), np.float32), none, 2).shape == (0, 3, 2, 2)
+  assert F.roi_align(np.zeros((2, 3, 0, 5), np.float32), none, 2).shape == (0, 3, 2, 2)
+  with pytest.raises(ValueError, match="roi_align: argument `input`"):
+    F.roi_align(np.zeros((0, 3, 5, 5), np.float32), np.zeros((1, 5), np.float32), 2)
+  boxes = np.array([[1, 0.5, 1.0, 3.5, 4.0]], np.float32)
+  np.testing.assert_array_equal(np.asarray(F.roi_align(x, boxes, 2, aligned=None)),
+                                np.asarray(F.roi_align(x, boxes, 2, aligned=False)))
+  np.testing.assert_array_equal(np.asarray(F.roi_align(x, boxes, 2, aligned=1)),
+                                np.asarray(F.roi_align(x, boxes, 2, aligned=True)))
+  with pytest.raises(TypeError, match="roi_align: argument `aligned`"):
+    F.roi_align(x, boxes, 2, aligned="yes")
+  with pytest.raises(TypeError, match="roi_align: argument `output_size`"):
+    F.roi_align(x, boxes, 2.0)
