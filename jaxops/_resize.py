@@ -651,21 +651,24 @@ def _traced_table(cfg: _Config, p: _Axis, roi: jax.Array) -> tuple[Any, Any, Any
 
 
 # A computed coordinate this many units of rounding (relative to its terms) from an integer or
-# half-integer is taken as exactly that value. The traced formula rounds up to 5 times (the
-# float64 factor, its cast, end - start, the product, the sum): at most 2.5 units in all.
+# half-integer is taken as exactly that value (float64 coordinates). The traced formula rounds up
+# to 5 times (the float64 factor, its cast, end - start, the product, the sum): at most 2.5
+# units in all.
 _SNAP_ULPS = 4
 
 
 def _traced_crop_coords(p: _Axis, start: Any, end: Any, dtype: Any) -> Any:
-  """tf_crop_and_resize's x_original from a traced (start, end), snapped to exact values.
+  """tf_crop_and_resize's x_original from a traced (start, end), as exact values.
 
   The spec's ``start * (n - 1) + x_resized * (end - start) * (n - 1) / (length_resized - 1)`` is
   formed as ``base + g * (end - start)`` with ``g = x_resized * (n - 1) / (length_resized - 1)``
   computed in NumPy float64 (jit would turn a division by a constant into a multiplication by
   its reciprocal: for roi [0, 1], 4 -> 8, 7 * 3 * float32(1 / 7) is 3.0000002 > 3, extrapolated).
-  A result within ``_SNAP_ULPS`` units of rounding of a multiple of 1/2 is moved onto it, as
-  exact arithmetic (and the reference's float64 for such rois) has it; the gradient is that of
-  the unsnapped formula.
+  In float32 the value is computed with error-free sums and products (``_compensated``), so it is
+  the float64 formula's result rounded once: half a unit of rounding, where the float32 formula
+  is off by a few units and exact coordinates (the reference's float64 lands on them) would
+  miss. In float64, a result within ``_SNAP_ULPS`` units of rounding of a multiple of 1/2 is
+  moved onto it, as exact arithmetic has it. The gradient is that of the plain formula.
   """
   n1 = p.in_len - 1
   base = start * n1
@@ -675,7 +678,45 @@ def _traced_crop_coords(p: _Axis, start: Any, end: Any, dtype: Any) -> Any:
     g = np.full(p.out_len, 0.5 * n1)
   span = jnp.asarray(g, dtype) * (end - start)
   x_ori = base + span
+  if np.dtype(dtype) == np.float32:
+    return x_ori + jax.lax.stop_gradient(_compensated(g, n1, start, end) - x_ori)
   tol = _SNAP_ULPS * jnp.finfo(dtype).eps * (jnp.abs(span) + jnp.abs(base))
   half = jnp.round(2 * x_ori) / 2
   snap = jnp.where(jnp.abs(x_ori - half) <= tol, half - x_ori, jnp.zeros_like(x_ori))
   return x_ori + jax.lax.stop_gradient(snap)
+
+
+def _compensated(g: np.ndarray, n1: int, start: Any, end: Any) -> Any:
+  """float32 ``start * n1 + g * (end - start)`` (``g`` float64, ``n1`` an integer below 2**24)
+  rounded once: the products and sums are split into their float32 result and its exact
+  rounding error (Dekker's and Knuth's error-free transformations), ``g`` into two float32
+  parts, and the error terms are added before the last rounding."""
+  g_hi = g.astype(np.float32)
+  g_lo = jnp.asarray((g - g_hi.astype(np.float64)).astype(np.float32))
+  g_hi = jnp.asarray(g_hi)
+  d, d_err = _two_sum(end, -start)
+  prod, prod_err = _two_product(g_hi, d)
+  b, b_err = _two_product(start, jnp.float32(n1))
+  total, total_err = _two_sum(b, prod)
+  return total + (total_err + b_err + prod_err + g_hi * d_err + g_lo * d)
+
+
+def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
+  """(a + b rounded, its rounding error): Knuth's TwoSum, exact in float32."""
+  total = a + b
+  b_virtual = total - a
+  return total, (a - (total - b_virtual)) + (b - b_virtual)
+
+
+def _two_product(a: Any, b: Any) -> tuple[Any, Any]:
+  """(a * b rounded, its rounding error): Dekker's product of float32 halves split by 4097."""
+  prod = a * b
+  a_hi, a_lo = _split(a)
+  b_hi, b_lo = _split(b)
+  return prod, ((a_hi * b_hi - prod) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+
+
+def _split(a: Any) -> tuple[Any, Any]:
+  c = jnp.float32(4097) * a
+  hi = c - (c - a)
+  return hi, a - hi

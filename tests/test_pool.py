@@ -168,6 +168,19 @@ def test_global_average_pool_values():
   assert jaxops.global_average_pool(np.ones((2, 3))).shape == (2, 3)
 
 
+def test_global_average_pool_float32_sums_of_long_rows_are_accurate():
+  """Two planes of 2**21 values near 1000 in float32: the mean within a few float32 units of
+  the float64 mean, as torch's float32 mean is (a float32 sum along the row, the matrix-vector
+  product this pool used, was off by about 1e-3 relative here)."""
+  torch = pytest.importorskip("torch")
+  x = (1000 + np.random.default_rng(0).standard_normal((1, 2, 2048, 1024))).astype(np.float32)
+  truth = x.astype(np.float64).mean(axis=(2, 3))
+  ours = np.asarray(jaxops.global_average_pool(x), np.float64)[..., 0, 0]
+  theirs = torch.tensor(x).mean(dim=(2, 3)).numpy().astype(np.float64)
+  err, torch_err = np.max(np.abs(ours - truth)), np.max(np.abs(theirs - truth))
+  assert err <= max(2 * torch_err, 4 * np.spacing(np.float32(1000))), (err, torch_err)
+
+
 # --- errors -----------------------------------------------------------------------------------
 
 
