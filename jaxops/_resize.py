@@ -691,9 +691,9 @@ def _compensated(g: np.ndarray, n1: int, start: Any, end: Any) -> Any:
   rounded once: the products and sums are split into their float32 result and its exact
   rounding error (Dekker's and Knuth's error-free transformations), ``g`` into two float32
   parts, and the error terms are added before the last rounding."""
-  g_hi = g.astype(np.float32)
-  g_lo = jnp.asarray((g - g_hi.astype(np.float64)).astype(np.float32))
-  g_hi = jnp.asarray(g_hi)
+  hi = g.astype(np.float32)
+  g_lo = jnp.asarray((g - hi.astype(np.float64)).astype(np.float32))
+  g_hi = jnp.asarray(hi)
   d, d_err = _two_sum(end, -start)
   prod, prod_err = _two_product(g_hi, d)
   b, b_err = _two_product(start, jnp.float32(n1))
