@@ -432,3 +432,47 @@ def test_adapters_reject_what_their_version_lacks():
   with pytest.raises(ValueError, match=r"Resize-18: .*got 'half_pixel_symmetric'"):
     Backend.prepare(model("Resize", 18, ["X", "", "s"], [scales],
                           coordinate_transformation_mode="half_pixel_symmetric")).run([x])
+
+
+def test_deviation_onnxruntime_3d_nearest_scales_and_negative_axes():
+  """docs/DEVIATIONS.md, Resize (the onnxruntime note after the precision notes): onnxruntime
+  1.32 returns the input unchanged for a 3-D nearest resize by scales and for negative axes with
+  keep_aspect_ratio_policy; jaxops follows the spec and onnx.reference (which refuses negative
+  axes, item 8: compared through the same call with positive axes)."""
+  import onnxruntime as ort
+
+  from jaxops.onnx import Backend
+
+  def run(node: onnx.NodeProto, ins: dict, opset: int) -> tuple[np.ndarray, np.ndarray]:
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(k, types[v.dtype], v.shape)
+                      for k, v in ins.items()],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["a", "b", "c", "d"][:ins[
+            "X"].ndim])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    theirs = ort.InferenceSession(model.SerializeToString(),
+                                  providers=["CPUExecutionProvider"]).run(None, ins)[0]
+    return np.asarray(Backend.run_model(model, list(ins.values()))[0]), theirs
+
+  x3 = np.array([[[10.0, 20.0, 30.0]]], np.float32)
+  node = helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest",
+                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+  ins = {"X": x3, "scales": np.array([1, 1, 1.25], np.float32)}
+  ours, theirs = run(node, ins, 13)
+  np.testing.assert_array_equal(ours, [[[10.0, 10.0, 20.0]]])
+  np.testing.assert_array_equal(ours, ReferenceEvaluator(node).run(None, ins)[0])
+  np.testing.assert_array_equal(theirs, x3)  # onnxruntime: unchanged
+  x4 = np.arange(48, dtype=np.float32).reshape(1, 2, 6, 4)
+  ins = {"X": x4, "sizes": np.array([5], np.int64)}
+  got = {}
+  for axes in ([-2], [2]):
+    node = helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], mode="nearest", axes=axes,
+                            keep_aspect_ratio_policy="not_smaller")
+    got[axes[0]] = run(node, ins, 19)
+  expected = ReferenceEvaluator(node).run(None, ins)[0]  # axes [2]
+  assert expected.shape == (1, 2, 5, 4)
+  for a in (-2, 2):
+    np.testing.assert_array_equal(got[a][0], expected)
+  np.testing.assert_array_equal(got[2][1], expected)
+  np.testing.assert_array_equal(got[-2][1], x4)  # onnxruntime: unchanged

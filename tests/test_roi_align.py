@@ -300,7 +300,7 @@ def test_gradients_against_central_differences_float64(sampling_ratio):
   # avg is linear in x: order 2 in x
   check_grads(lambda v: jaxops.roi_align(v, rois, b, output_height=2, output_width=2,
                                          sampling_ratio=sampling_ratio), (x,), order=2,
-              modes=("rev",))
+              modes=("fwd", "rev"))
 
 
 @pytest.mark.slow
