@@ -664,8 +664,8 @@ def _traced_crop_coords(p: _Axis, start: Any, end: Any, dtype: Any) -> Any:
   formed as ``base + g * (end - start)`` with ``g = x_resized * (n - 1) / (length_resized - 1)``
   computed in NumPy float64 (jit would turn a division by a constant into a multiplication by
   its reciprocal: for roi [0, 1], 4 -> 8, 7 * 3 * float32(1 / 7) is 3.0000002 > 3, extrapolated).
-  In float32 the value is computed with error-free sums and products (``_compensated``), so it is
-  the float64 formula's result rounded once: half a unit of rounding, where the float32 formula
+  In float32 (axes shorter than 2**24 + 1) the value is computed with error-free sums and
+  products (``_compensated``), so it is the float64 formula's result rounded once: half a unit of rounding, where the float32 formula
   is off by a few units and exact coordinates (the reference's float64 lands on them) would
   miss. In float64, a result within ``_SNAP_ULPS`` units of rounding of a multiple of 1/2 is
   moved onto it, as exact arithmetic has it. The gradient is that of the plain formula.
@@ -678,8 +678,11 @@ def _traced_crop_coords(p: _Axis, start: Any, end: Any, dtype: Any) -> Any:
     g = np.full(p.out_len, 0.5 * n1)
   span = jnp.asarray(g, dtype) * (end - start)
   x_ori = base + span
-  if np.dtype(dtype) == np.float32:
-    return x_ori + jax.lax.stop_gradient(_compensated(g, n1, start, end) - x_ori)
+  if np.dtype(dtype) == np.float32 and n1 < 2 ** 24:  # (n - 1 exact in float32)
+    exact = _compensated(g, n1, start, end)
+    # where the split overflows (a roi past about 8e34), the plain formula's value
+    fix = jnp.where(jnp.isfinite(exact), exact - x_ori, jnp.zeros_like(x_ori))
+    return x_ori + jax.lax.stop_gradient(fix)
   tol = _SNAP_ULPS * jnp.finfo(dtype).eps * (jnp.abs(span) + jnp.abs(base))
   half = jnp.round(2 * x_ori) / 2
   snap = jnp.where(jnp.abs(x_ori - half) <= tol, half - x_ori, jnp.zeros_like(x_ori))

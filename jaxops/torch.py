@@ -440,9 +440,7 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
           f"scale_factor in (s1, s2, ...,sK) format.")
     sf = scale_factor if isinstance(scale_factor, (list, tuple)) else (scale_factor,) * max(dim,
                                                                                            0)
-    # torch takes a bool as a number (True is a scale of 1)
-    scales = tuple(_checks.static_float(op, "scale_factor", float(v) if isinstance(v, bool)
-                                        else v) for v in sf)
+    scales = tuple(_checks.static_float(op, "scale_factor", _bool_as_number(v)) for v in sf)
     out = None
   else:
     raise ValueError(f"{op}: either size or scale_factor should be defined")
@@ -791,16 +789,29 @@ def _aten_bool(op: str, arg: str, value: Any) -> bool:
   return value
 
 
-def _flag(op: str, arg: str, value: Any) -> bool:
+def _flag(op: str, arg: str, value: Any, *, numbers_only: bool = False) -> bool:
   """A flag that torch tests in Python (``if return_indices:``): any value's truth, None as
-  False, as torch takes it; traced values are a TypeError (the flag selects code)."""
+  False, as torch takes it; traced values are a TypeError (the flag selects code). With
+  ``numbers_only`` (a bool that torch passes to a registered operator, which takes None and
+  numbers), other types are a TypeError. An array of several values is torch's ValueError."""
   if _checks.is_traced(value):
     raise _checks.type_error(op, arg, value, "a concrete value (it selects code, so it must be "
                              "concrete under jax.jit)")
+  if numbers_only and value is not None and not isinstance(
+      value, (bool, int, float, np.bool_, np.integer, np.floating)):
+    raise _checks.type_error(op, arg, value, "a bool (or None or a number, as torch's operators "
+                             "take it)")
   try:
     return bool(value)
-  except (TypeError, ValueError):
+  except ValueError:
+    raise _checks.value_error(op, arg, value, "a value with one truth value (a bool)") from None
+  except TypeError:
     raise _checks.type_error(op, arg, value, "a value with a truth value (a bool)") from None
+
+
+def _bool_as_number(value: Any) -> Any:
+  """A Python or NumPy bool as the number torch reads it as (True is 1.0); else ``value``."""
+  return float(value) if isinstance(value, (bool, np.bool_)) else value
 
 
 def _align_corners(op: str, value: Any) -> bool:
@@ -1182,12 +1193,7 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
              stride: Any, ceil_mode: Any) -> jax.Array:
   op = _op(name)
   x = _float_input(name, input)
-  # torch takes a bool as a number (True is p = 1)
-  p = _checks.static_float(op, "norm_type", float(norm_type) if isinstance(
-      norm_type, (bool, np.bool_)) else norm_type, finite=False)
-  if p == 0:  # torch's 1 / norm_type: its ZeroDivisionError, here also a ValueError
-    raise _ZeroNormType(f"{op}: argument `norm_type` must be nonzero (torch divides by it: 1 / "
-                        f"norm_type); got {norm_type!r}")
+  p = _checks.static_float(op, "norm_type", _bool_as_number(norm_type), finite=False)
   # torch's lp_pool multiplies by kernel_size: lp_pool1d takes an int only (a sequence is
   # torch's TypeError; with p = +-inf torch's lp_pool1d is its max_pool1d, which takes one),
   # lp_pool2d/3d unpack it into exactly nd ints (no one-element broadcast).
@@ -1205,12 +1211,14 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
     a = x * jnp.sign(x)  # |x| with torch's derivative sign(x): 0 at 0 (jnp.abs gives 1)
     return sign * mx(sign * a, kernel_size, stride, 0, 1, ceil_mode)
   avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
-  if np.isnan(p):  # torch: x ** nan is NaN, so is every output and every input's gradient
-    return avg(x * jnp.asarray(np.nan, x.dtype), kernel_size, stride, 0, ceil_mode)
   # float16 and bfloat16 in float32, rounded once (each step of the chain rounded eagerly, and
   # jit, which fuses the steps, did not: their results differed)
   v = x.astype(_checks.compute_dtype(x.dtype))
   a = avg(_pow_scalar(v, p), kernel_size, stride, 0, ceil_mode)
+  if p == 0:  # torch's 1 / norm_type, after its avg_pool: its ZeroDivisionError, also a ValueError
+    raise _ZeroNormType(f"{op}: argument `norm_type` must be nonzero (torch divides by it: 1 / "
+                        f"norm_type); got {norm_type!r}")
+  # (NaN: x ** nan is NaN but 1 ** nan is 1, as in torch's pow)
   return _pow_scalar(jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k), 1.0 / p).astype(
       x.dtype)
 
@@ -1527,12 +1535,7 @@ def _roi_align_config(shape: tuple[int, ...], dtype: Any, boxes: tuple, output_s
   if _checks.is_traced(sampling_ratio) or isinstance(sampling_ratio, (bool, np.bool_)) or (
       not isinstance(sampling_ratio, (int, np.integer))):
     raise _checks.type_error(op, "sampling_ratio", sampling_ratio, "an int")
-  # torchvision passes it to its registered operator, whose bool takes None and numbers
-  if aligned is not None and not isinstance(aligned, (bool, int, float, np.bool_, np.integer,
-                                                      np.floating)):
-    raise _checks.type_error(op, "aligned", aligned, "a bool (or None or a number, as torch's "
-                             "operators take it)")
-  align = _flag(op, "aligned", aligned)
+  align = _flag(op, "aligned", aligned, numbers_only=True)
   k = sum(lengths) if lengths is not None else boxes[1][0]
   # torchvision's kernel returns an empty output before it reads the input
   if (shape[0] == 0 or shape[2] == 0 or shape[3] == 0) and k * shape[1] * out[0] * out[1]:

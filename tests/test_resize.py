@@ -3,6 +3,7 @@ torch's F.interpolate as an oracle, and the pinned deviations of docs/DEVIATIONS
 
 from __future__ import annotations
 
+import warnings
 from fractions import Fraction
 
 import chex
@@ -372,6 +373,51 @@ def test_traced_float32_crop_coordinates_are_rounded_once(mode):
       got = np.asarray(jax.jit(lambda r, kw1=kw1: jaxops.resize(x4, roi=r, sizes=(7,), **kw1))(
           full))
     np.testing.assert_array_equal(got, _reference(kw1, x4, roi=full, sizes=np.array([7])))
+
+
+def test_compensated_crop_coordinates_are_the_exact_value_rounded_once():
+  """_resize._compensated on this backend, under jit, against exact rational arithmetic: the
+  float64 ``g`` and float32 ``start``/``end`` as given, ``start * n1 + g * (end - start)`` rounded
+  once to float32 (half a unit), where the plain float32 formula is off by thousands of units.
+  A backend that fused the error-free steps (an FMA, a reassociation) would fail here."""
+  rng = np.random.default_rng(4)
+  worst_plain = 0.0
+  for _ in range(60):
+    n1 = int(rng.choice([5, 511, 2047, 65535, 2 ** 24 - 1]))
+    out = int(rng.integers(2, 40))
+    g = np.arange(out, dtype=np.float64) * n1 / (out - 1)
+    scale = 10.0 ** rng.uniform(-3, 3)
+    start, end = (np.float32(v) for v in rng.uniform(-1, 1, 2) * scale)
+    with jax.enable_x64(False):
+      got = np.asarray(jax.jit(lambda a, b, g=g, n1=n1: _resize._compensated(g, n1, a, b))(
+          start, end), np.float64)
+      plain = np.asarray(jnp.float32(start) * n1 + jnp.asarray(g, jnp.float32) * (
+          jnp.float32(end) - jnp.float32(start)), np.float64)
+    exact = [Fraction(float(start)) * n1 + Fraction(float(v)) * (Fraction(float(end)) -
+                                                                  Fraction(float(start)))
+             for v in g]
+    ulp = np.spacing(np.abs(np.array([float(e) for e in exact], np.float32)))
+    err = np.array([abs(Fraction(float(a)) - e) for a, e in zip(got, exact)], np.float64) / ulp
+    assert np.all(err <= 0.51), (n1, out, start, end, err.max())
+    worst_plain = max(worst_plain, float(np.max(np.abs(plain - np.array(
+        [float(e) for e in exact])) / ulp)))
+  assert worst_plain > 4  # the formula it replaces was off by several units
+
+
+def test_traced_float32_roi_too_large_for_the_split_keeps_the_plain_value():
+  # 4097 * 1e35 overflows float32: the coordinates fall back to the plain formula's (finite)
+  # values, as float64 computes them (the first sample at 0, the others extrapolated)
+  x = np.arange(6.0, dtype=np.float32)
+  roi = np.array([0.0, 1e35], np.float32)
+  kw = dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+            extrapolation_value=-7.0)
+  with jax.enable_x64(False):
+    got = np.asarray(jax.jit(lambda r: jaxops.resize(x, roi=r, sizes=(5,), **kw))(roi))
+  np.testing.assert_array_equal(got, [0.0, -7.0, -7.0, -7.0, -7.0])
+  with warnings.catch_warnings():  # the reference casts its huge coordinates to integers
+    warnings.simplefilter("ignore", RuntimeWarning)
+    want = _reference(kw, x.astype(np.float64), roi=roi.astype(np.float64), sizes=np.array([5]))
+  np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("coord,n,out_len", [("asymmetric", 3, 7), ("half_pixel", 5, 12),

@@ -10,9 +10,11 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import onnx
 import pytest
 import torch
 import torch.nn.functional as TF
+from onnx.reference import ReferenceEvaluator
 
 import jaxops.torch as F
 
@@ -124,6 +126,13 @@ def test_lp_pool_bool_and_zero_norm_types_match_torch(nd):
     _same(_run(lambda: tfn(torch.tensor(x), p, 2)), _run(lambda: fn(x, p, 2)), repr(p))
     with pytest.raises(ValueError, match=f"lp_pool{nd}d: argument `norm_type` must be nonzero"):
       fn(x, p, 2)
+  # NaN: x ** nan is NaN, but 1 ** nan is 1 (a kernel of 1 on ones keeps them), as torch's pow
+  ones = np.ones_like(x)
+  for a, k in ((x, 2), (ones, 1), (ones, 2)):
+    _same(_run(lambda: tfn(torch.tensor(a), np.nan, k)), _run(lambda: fn(a, np.nan, k)),
+          f"nan, kernel {k}")
+  if nd == 1:  # torch's TypeError for a kernel tuple comes before its 1 / norm_type
+    _same(_run(lambda: tfn(torch.tensor(x), 0, (2,))), _run(lambda: fn(x, 0, (2,))), "(2,)")
 
 
 def test_roi_align_edge_arguments():
@@ -138,10 +147,16 @@ def test_roi_align_edge_arguments():
   with pytest.raises(ValueError, match="roi_align: argument `input`"):
     F.roi_align(np.zeros((0, 3, 5, 5), np.float32), np.zeros((1, 5), np.float32), 2)
   boxes = np.array([[1, 0.5, 1.0, 3.5, 4.0]], np.float32)
-  np.testing.assert_array_equal(np.asarray(F.roi_align(x, boxes, 2, aligned=None)),
-                                np.asarray(F.roi_align(x, boxes, 2, aligned=False)))
-  np.testing.assert_array_equal(np.asarray(F.roi_align(x, boxes, 2, aligned=1)),
-                                np.asarray(F.roi_align(x, boxes, 2, aligned=True)))
+  # aligned None reads as False (output_half_pixel), 1 as True (half_pixel): ONNX RoiAlign-16 in
+  # onnx.reference is the oracle for torchvision's values
+  for aligned, mode in ((None, "output_half_pixel"), (1, "half_pixel")):
+    node = onnx.helper.make_node("RoiAlign", ["X", "rois", "b"], ["Y"], output_height=2,
+                                 output_width=2, sampling_ratio=0,  # torchvision's -1: adaptive
+                                 coordinate_transformation_mode=mode)
+    want = ReferenceEvaluator(node).run(None, {"X": x, "rois": boxes[:, 1:],
+                                               "b": boxes[:, 0].astype(np.int64)})[0]
+    np.testing.assert_allclose(np.asarray(F.roi_align(x, boxes, 2, aligned=aligned)), want,
+                               rtol=1e-5, atol=1e-6)
   with pytest.raises(TypeError, match="roi_align: argument `aligned`"):
     F.roi_align(x, boxes, 2, aligned="yes")
   with pytest.raises(TypeError, match="roi_align: argument `output_size`"):
