@@ -223,8 +223,8 @@ def _taps(axes: tuple[WindowAxis, ...]) -> list[tuple[int, ...]]:
 _Taps = list[tuple[tuple[int, ...], jax.Array]]
 
 
-def _over_runs(x: jax.Array, plan: _MaxPlan, pooled: tuple[int, ...],
-               body: Callable[[_Taps], tuple[jax.Array, ...]]) -> tuple[jax.Array, ...]:
+def _over_runs(x: Any, plan: _MaxPlan, pooled: tuple[int, ...],
+               body: Callable[[Any], tuple[jax.Array, ...]]) -> tuple[jax.Array, ...]:
   """Windows along the pooled axes ``pooled`` (indices into ``plan.axes``; the other axes are
   kept whole), without padding the input.
 
@@ -232,20 +232,24 @@ def _over_runs(x: jax.Array, plan: _MaxPlan, pooled: tuple[int, ...],
   those windows read inside the input, in window order, as ``(tap, strided slice of x)``
   pairs, and returns arrays of the run's shape; they are concatenated back along each axis. So
   padding is never read, and a window's first tap inside the input is the first one ``body``
-  sees.
+  sees. ``x`` may be a tuple of arrays of one shape: each tap then gives the tuple of their
+  slices.
   """
-  lead = x.ndim - len(plan.axes)
+  xs = x if isinstance(x, tuple) else (x,)
+  shape = xs[0].shape
+  lead = len(shape) - len(plan.axes)
 
   def piece(chosen: list[tuple[int, int, tuple[int, ...]]]) -> tuple[jax.Array, ...]:
-    taps: _Taps = []
+    taps: list[tuple[tuple[int, ...], Any]] = []
     for tap in itertools.product(*[read for _, _, read in chosen]):
-      start, limit, step = [0] * x.ndim, list(x.shape), [1] * x.ndim
+      start, limit, step = [0] * len(shape), list(shape), [1] * len(shape)
       for i, (begin, end, _), j in zip(pooled, chosen, tap):
         a = plan.axes[i]
         s = begin * a.stride - a.pad_begin + j * a.dilation
         start[lead + i], limit[lead + i], step[lead + i] = s, s + (end - begin - 1) * a.stride + 1, \
             a.stride
-      taps.append((tap, lax.slice(x, start, limit, step)))
+      cut = tuple(lax.slice(v, start, limit, step) for v in xs)
+      taps.append((tap, cut if isinstance(x, tuple) else cut[0]))
     return body(taps)
 
   def join(k: int, chosen: list[tuple[int, int, tuple[int, ...]]]) -> tuple[jax.Array, ...]:
@@ -260,8 +264,10 @@ def _over_runs(x: jax.Array, plan: _MaxPlan, pooled: tuple[int, ...],
 
 
 # Most taps per window that one unrolled scan compares (a slice and a select each); past it,
-# _argmax_reduce_window: one XLA reduce_window, whose program does not grow with the window
-# (a 32x32 window with indices took 7 s to compile unrolled, 64x64 did not finish in 100 s).
+# _argmax_by_axis: one unrolled scan per pooled axis (a 32x32 window with indices took 7 s to
+# compile as one scan, 64x64 did not finish in 100 s), and where one axis alone has more taps,
+# _argmax_reduce_window: one XLA reduce_window, whose program does not grow with the window but
+# whose variadic reduction runs slowly on the CPU (a 32 x 32 window on 8x256x256: 0.83 s).
 _UNROLLED_TAPS = 256
 
 
@@ -274,6 +280,8 @@ def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
   """(maximum, number of the winning tap in window order) of every window: the first tap
   inside the input starts, a later one wins only if strictly greater."""
   if _many_taps(plan.axes):
+    if all(a.kernel <= _UNROLLED_TAPS for a in plan.axes):
+      return _argmax_by_axis(x, plan)
     return _argmax_reduce_window(x, plan)
   kernel = tuple(a.kernel for a in plan.axes)
   tdtype = _tap_dtype(plan.axes)
@@ -289,6 +297,45 @@ def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
 
   best, arg = _over_runs(x, plan, tuple(range(len(plan.axes))), scan)
   return best, arg
+
+
+def _argmax_by_axis(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
+  """``_argmax`` for windows of many taps, one pooled axis at a time (the last first): a scan
+  over that axis' taps carries the maximum and the winning taps of the axes already pooled.
+
+  Each pass keeps, per line, its first largest element that is not NaN (a NaN loses to any
+  number; the line is NaN only if all of it is), so the passes together give the window's
+  first largest non-NaN element in window order (the earliest outer tap holding the maximum,
+  and within it the earliest inner one), as ``_argmax_reduce_window``'s pairs do; then, as
+  there, the windows whose first element inside the input is NaN take it (``_argmax``'s
+  rule). Each pass unrolls one axis' taps (k per axis instead of k**r per window: a 64 x 64
+  window with indices took 8-13 s as a reduce_window on 512 x 512).
+  """
+  nd = len(plan.axes)
+  kernel = tuple(a.kernel for a in plan.axes)
+  tdtype = _tap_dtype(plan.axes)
+  floating = jnp.issubdtype(x.dtype, jnp.floating)
+  arrays: tuple[jax.Array, ...] = (x,)
+  for i in reversed(range(nd)):
+
+    def scan(taps: list[tuple[tuple[int, ...], tuple[jax.Array, ...]]]
+             ) -> tuple[jax.Array, ...]:
+      (tap, (best, *carried)), rest = taps[0], taps[1:]
+      arg = jnp.full(best.shape, tap[0], tdtype)
+      for tap, (v, *others) in rest:
+        take = v > best
+        if floating:
+          take = take | (jnp.isnan(best) & ~jnp.isnan(v))
+        best = jnp.where(take, v, best)
+        carried = [jnp.where(take, o, c) for o, c in zip(others, carried)]
+        arg = jnp.where(take, np.array(tap[0], tdtype), arg)
+      return (best, arg, *carried)
+
+    arrays = _over_runs(arrays, plan, (i,), scan)
+  best, *args = arrays  # the taps along axes 0, 1, ..., nd - 1
+  number = functools.reduce(operator.add, [
+      a * tdtype.type(math.prod(kernel[i + 1:])) for i, a in enumerate(args)]).astype(tdtype)
+  return _first_nan_stays(x, plan, best, number) if floating else (best, number)
 
 
 def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
@@ -342,9 +389,19 @@ def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.
     unit, inner = unit * a.size, inner * a.kernel
   if not floating:
     return best, arg
+  return _first_nan_stays(x, plan, best, arg)
+
+
+def _first_nan_stays(x: jax.Array, plan: _MaxPlan, best: jax.Array, arg: jax.Array
+                     ) -> tuple[jax.Array, jax.Array]:
+  """(``best``, ``arg``), each window's largest non-NaN element and its tap, where the window's
+  first element inside the input is not NaN; that element and its tap where it is (nothing is
+  greater than it in ``_argmax``'s scan, so it stays)."""
+  tdtype = _tap_dtype(plan.axes)
   first_plan = dataclasses.replace(plan, runs=tuple(tuple((b, e, read[:1]) for b, e, read in r)
                                                     for r in plan.runs))
-  kernel = tuple(a.kernel for a in axes)
+  kernel = tuple(a.kernel for a in plan.axes)
+  nd = len(plan.axes)
   first, first_arg = _over_runs(
       x, first_plan, tuple(range(nd)),
       lambda taps: (taps[0][1], jnp.full(taps[0][1].shape,

@@ -716,9 +716,10 @@ def _ort_max_pool(x, **attrs):
 
 @pytest.mark.parametrize("storage_order", [0, 1])
 def test_windows_of_many_taps_match_onnxruntime(storage_order):
-  # Past _UNROLLED_TAPS taps a window is one reduce_window over (value, position) pairs (an
-  # unrolled scan of 64x64 taps did not compile in 100 s): the NaN rule (a NaN stays only as
-  # the window's first element inside the input), ties to the first, padding never selected.
+  # Past _UNROLLED_TAPS taps a window is pooled one axis at a time (an unrolled scan of 64x64
+  # taps did not compile in 100 s; a reduce_window over (value, position) pairs, kept for axes
+  # of more than _UNROLLED_TAPS taps, ran in seconds): the NaN rule (a NaN stays only as the
+  # window's first element inside the input), ties to the first, padding never selected.
   rng = np.random.default_rng(21)
   x = rng.integers(-3, 4, size=(2, 3, 40, 37)).astype(np.float32)
   x[rng.random(x.shape) < 0.2] = np.nan
@@ -737,6 +738,25 @@ def test_windows_of_many_taps_match_onnxruntime(storage_order):
     np.testing.assert_array_equal(np.asarray(jaxops.max_pool(
         x, attrs["kernel_shape"], strides=attrs.get("strides"), pads=attrs.get("pads"),
         dilations=attrs.get("dilations"), ceil_mode=bool(attrs.get("ceil_mode", 0)))), want_y)
+
+
+def test_3d_windows_of_many_taps_match_onnxruntime():
+  # 7 x 7 x 7 = 343 taps: one pooled axis at a time (_argmax_by_axis), with NaN, ties, -inf,
+  # padding and dilation, against onnxruntime's values and indices; and no slower than a small
+  # window's program would suggest (the reduce_window it replaced took seconds on such inputs)
+  rng = np.random.default_rng(24)
+  x = rng.integers(-2, 3, size=(1, 2, 11, 12, 10)).astype(np.float32)
+  x[rng.random(x.shape) < 0.1] = np.nan
+  x[0, 1, :3, :3, :3] = np.nan
+  for attrs in (dict(kernel_shape=[7, 7, 7], strides=[2, 3, 2], pads=[3, 2, 1, 3, 3, 2]),
+                dict(kernel_shape=[7, 3, 17], strides=[1, 2, 1], dilations=[1, 2, 1],
+                     pads=[0, 1, 4, 2, 0, 4], ceil_mode=1)):
+    want_y, want_i = _ort_max_pool(x, **attrs)
+    y, i = jaxops.max_pool(x, attrs["kernel_shape"], strides=attrs["strides"],
+                           pads=attrs["pads"], dilations=attrs.get("dilations"),
+                           ceil_mode=bool(attrs.get("ceil_mode", 0)), return_indices=True)
+    np.testing.assert_array_equal(np.asarray(y), want_y)
+    np.testing.assert_array_equal(np.asarray(i), want_i)
 
 
 def test_windows_of_many_taps_gradient_and_adaptive_max_match_torch():
