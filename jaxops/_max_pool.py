@@ -315,22 +315,21 @@ def _argmax_by_axis(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]
   kernel = tuple(a.kernel for a in plan.axes)
   tdtype = _tap_dtype(plan.axes)
   floating = jnp.issubdtype(x.dtype, jnp.floating)
+
+  def scan(taps: list[tuple[tuple[int, ...], tuple[jax.Array, ...]]]) -> tuple[jax.Array, ...]:
+    (tap, (best, *carried)), rest = taps[0], taps[1:]
+    arg = jnp.full(best.shape, tap[0], tdtype)
+    for tap, (v, *others) in rest:
+      take = v > best
+      if floating:
+        take = take | (jnp.isnan(best) & ~jnp.isnan(v))
+      best = jnp.where(take, v, best)
+      carried = [jnp.where(take, o, c) for o, c in zip(others, carried)]
+      arg = jnp.where(take, np.array(tap[0], tdtype), arg)
+    return (best, arg, *carried)
+
   arrays: tuple[jax.Array, ...] = (x,)
   for i in reversed(range(nd)):
-
-    def scan(taps: list[tuple[tuple[int, ...], tuple[jax.Array, ...]]]
-             ) -> tuple[jax.Array, ...]:
-      (tap, (best, *carried)), rest = taps[0], taps[1:]
-      arg = jnp.full(best.shape, tap[0], tdtype)
-      for tap, (v, *others) in rest:
-        take = v > best
-        if floating:
-          take = take | (jnp.isnan(best) & ~jnp.isnan(v))
-        best = jnp.where(take, v, best)
-        carried = [jnp.where(take, o, c) for o, c in zip(others, carried)]
-        arg = jnp.where(take, np.array(tap[0], tdtype), arg)
-      return (best, arg, *carried)
-
     arrays = _over_runs(arrays, plan, (i,), scan)
   best, *args = arrays  # the taps along axes 0, 1, ..., nd - 1
   number = functools.reduce(operator.add, [

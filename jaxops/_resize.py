@@ -665,10 +665,11 @@ def _traced_crop_coords(p: _Axis, start: Any, end: Any, dtype: Any) -> Any:
   computed in NumPy float64 (jit would turn a division by a constant into a multiplication by
   its reciprocal: for roi [0, 1], 4 -> 8, 7 * 3 * float32(1 / 7) is 3.0000002 > 3, extrapolated).
   In float32 (axes shorter than 2**24 + 1) the value is computed with error-free sums and
-  products (``_compensated``), so it is the float64 formula's result rounded once: half a unit of rounding, where the float32 formula
-  is off by a few units and exact coordinates (the reference's float64 lands on them) would
-  miss. In float64, a result within ``_SNAP_ULPS`` units of rounding of a multiple of 1/2 is
-  moved onto it, as exact arithmetic has it. The gradient is that of the plain formula.
+  products (``_compensated``), so it is the float64 formula's result rounded once: half a unit
+  of rounding, where the float32 formula is off by a few units and exact coordinates (the
+  reference's float64 lands on them) would miss. In float64, a result within ``_SNAP_ULPS``
+  units of rounding of a multiple of 1/2 is moved onto it, as exact arithmetic has it. The
+  gradient is that of the plain formula.
   """
   n1 = p.in_len - 1
   base = start * n1

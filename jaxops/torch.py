@@ -781,11 +781,11 @@ def adaptive_avg_pool3d(input: ArrayLike, output_size: Any) -> jax.Array:
 # --- average pooling ----------------------------------------------------------------------------
 
 
-def _aten_bool(op: str, arg: str, value: Any) -> bool:
+def _aten_bool(op: str, arg: str, value: Any, *, allowed: str = "a Python bool") -> bool:
   """A bool argument that torch passes to its ATen operator: a Python bool only (torch's
   TypeError for 0 or 1, a NumPy bool or None)."""
   if not isinstance(value, bool):
-    raise _checks.type_error(op, arg, value, "a Python bool, as torch takes it")
+    raise _checks.type_error(op, arg, value, f"{allowed}, as torch takes it")
   return value
 
 
@@ -819,9 +819,7 @@ def _align_corners(op: str, value: Any) -> bool:
   JAX bool) is torch's TypeError."""
   if value is None:
     return False
-  if not isinstance(value, bool):
-    raise _checks.type_error(op, "align_corners", value, "None or a Python bool, as torch takes it")
-  return value
+  return _aten_bool(op, "align_corners", value, allowed="None or a Python bool")
 
 
 def _no_floats(op: str, arg: str, value: Any, what: str) -> None:
@@ -1251,8 +1249,8 @@ _LP_DOC = """``torch.nn.functional.lp_pool{nd}d``: ``(sum over the window of x *
   Args:
     input: float16, bfloat16, float32 or float64 array, ``(N, C, *spatial)`` or unbatched.
     norm_type: ``p`` (a float; negative window sums give NaN for fractional powers, as torch;
-      ``inf`` gives each window's largest ``|x|`` and ``-inf`` its smallest, NaN gives NaN
-      everywhere, and a bool is the number 1 or 0, as torch).
+      ``inf`` gives each window's largest ``|x|`` and ``-inf`` its smallest, NaN takes torch's
+      pow (NaN, but ``1 ** nan`` is 1), and a bool is the number 1 or 0, as torch).
     kernel_size: {kernel_arg}
     stride: an int or one per axis; default ``kernel_size``.
     ceil_mode: round output lengths up.
@@ -1592,8 +1590,8 @@ def roi_align(input: ArrayLike, boxes: Any, output_size: Any, spatial_scale: flo
     ``(K, C, output_height, output_width)``, of ``input``'s dtype.
 
   Raises:
-    ValueError: an input that is not 4-D, or empty where the output is not, boxes not ``(K, 5)`` (or a list entry
-      not ``(L, 4)``), a bad ``output_size``.
+    ValueError: an input that is not 4-D, or empty where the output is not, boxes not
+      ``(K, 5)`` (or a list entry not ``(L, 4)``), a bad ``output_size``.
     TypeError: a non-float input, boxes of another dtype, non-integer or traced static
       arguments.
 

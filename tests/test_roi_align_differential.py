@@ -271,29 +271,22 @@ def test_deviation_roialign_10_reference_shifts_by_half_a_pixel():
   from jaxops.onnx import Backend
 
   x = np.random.default_rng(0).standard_normal((1, 1, 5, 5)).astype(np.float32)
-  ins = {"X": x, "rois": np.array([[0.5, 0.7, 3.2, 3.9]], np.float32),
-         "b": np.array([0], np.int64)}
-
-  def model(opset: int, **kw: str) -> onnx.ModelProto:
-    node = helper.make_node("RoiAlign", ["X", "rois", "b"], ["Y"], mode="avg", output_height=2,
-                            output_width=2, sampling_ratio=2, **kw)
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, t, ins[n].shape) for n, t in
-                      (("X", TensorProto.FLOAT), ("rois", TensorProto.FLOAT),
-                       ("b", TensorProto.INT64))],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 2, 2])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-  def ort_run(m: onnx.ModelProto) -> np.ndarray:
-    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, ins)[0]
-
-  v10, shifted = model(10), model(16, coordinate_transformation_mode="half_pixel")
-  unshifted = model(16, coordinate_transformation_mode="output_half_pixel")
-  ours = np.asarray(Backend.run_model(v10, list(ins.values()))[0])
-  np.testing.assert_allclose(ours, ort_run(v10), rtol=1e-6, atol=1e-6)
-  np.testing.assert_allclose(ours, ReferenceEvaluator(unshifted).run(None, ins)[0], rtol=1e-6,
+  rois, b = np.array([[0.5, 0.7, 3.2, 3.9]], np.float32), np.array([0], np.int64)
+  attrs = dict(mode="avg", output_height=2, output_width=2, sampling_ratio=2)
+  # RoiAlign-10 as a model (the Backend checks it, with shapes; onnx.reference runs its opset)
+  node = helper.make_node("RoiAlign", ["X", "rois", "b"], ["Y"], **attrs)
+  graph = helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info(n, t, v.shape) for n, t, v in
+                    (("X", TensorProto.FLOAT, x), ("rois", TensorProto.FLOAT, rois),
+                     ("b", TensorProto.INT64, b))],
+      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 2, 2])])
+  v10: onnx.ModelProto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+  ours = np.asarray(Backend.run_model(v10, [x, rois, b])[0])
+  np.testing.assert_allclose(ours, _ort(10, x, rois, b, **attrs), rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(ours, _reference(
+      x, rois, b, coordinate_transformation_mode="output_half_pixel", **attrs), rtol=1e-6,
                              atol=1e-6)
-  reference = ReferenceEvaluator(v10).run(None, ins)[0]
-  np.testing.assert_allclose(reference, ReferenceEvaluator(shifted).run(None, ins)[0])
+  reference = ReferenceEvaluator(v10).run(None, {"X": x, "rois": rois, "b": b})[0]
+  np.testing.assert_allclose(reference, _reference(
+      x, rois, b, coordinate_transformation_mode="half_pixel", **attrs))
   assert np.max(np.abs(reference - ours)) > 0.1
