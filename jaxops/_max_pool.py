@@ -413,6 +413,24 @@ def _first_nan_stays(x: jax.Array, plan: _MaxPlan, best: jax.Array, arg: jax.Arr
 # (``_max_values``) pay for its intermediate.
 _TWO_PASS_TAPS = 6
 
+# Stride-1 windows pooled one axis at a time (``_max_values``): those of at least
+# _PER_AXIS_TAPS taps, and those of at least _PER_AXIS_SMALL_TAPS taps over planes of at most
+# _PER_AXIS_SMALL_PLANE positions. On the CPU, 3x3x3 windows took 0.26-0.76 of the one pass'
+# time, 5x5 windows 0.45-0.68 on planes of 40 x 40 to 56 x 56 but 1.08-1.50 on 128 x 128 and
+# 256 x 256 (the one pass reads each plane's neighbouring rows from the cache), 3x3 windows
+# 0.83-1.38 and 2x2x2 windows twice as long (docs/PERFORMANCE.md).
+_PER_AXIS_TAPS = 27
+_PER_AXIS_SMALL_TAPS = 16
+_PER_AXIS_SMALL_PLANE = 64 * 64
+
+
+def _per_axis(plan: _MaxPlan) -> bool:
+  taps = math.prod(a.kernel for a in plan.axes)
+  plane = math.prod(a.size for a in plan.axes)
+  return (all(a.stride == 1 for a in plan.axes) and sum(a.kernel > 1 for a in plan.axes) > 1
+          and (taps >= _PER_AXIS_TAPS
+               or (taps >= _PER_AXIS_SMALL_TAPS and plane <= _PER_AXIS_SMALL_PLANE)))
+
 
 def _two_pass(plan: _MaxPlan) -> bool:
   *outer, last = plan.axes
@@ -420,19 +438,41 @@ def _two_pass(plan: _MaxPlan) -> bool:
           _TWO_PASS_TAPS <= math.prod(a.kernel for a in outer) and not _many_taps(plan.axes))
 
 
+def _passes(plan: _MaxPlan) -> tuple[tuple[int, ...], ...]:
+  """The pooled axes (indices into ``plan.axes``) of each pass of ``_max_values``, in order.
+
+  One pass over every axis, except: stride-1 windows of many taps (``_per_axis``), one pass
+  per axis whose kernel is longer than 1 (a maximum over the window's box is the maximum over each of its
+  axes in turn, the padding excluded on each); a strided last axis after other axes of many
+  taps, two passes (``_two_pass``).
+  """
+  nd = len(plan.axes)
+  every = tuple(range(nd))
+  if _many_taps(plan.axes):
+    return (every,)
+  if _per_axis(plan):
+    return tuple((i,) for i, a in enumerate(plan.axes) if a.kernel > 1)
+  if _two_pass(plan):
+    return (every[:-1], (nd - 1,))
+  return (every,)
+
+
 def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   """The maxima alone (no tap numbers), by the rule of ``_argmax``.
 
-  Where the last pooled axis is strided and the other axes have many taps, in two passes: a
-  strided slice along the last (contiguous) axis does not vectorise, the others do. The first
-  pass takes the maximum over the other axes for every position of the last axis, the second
-  over the last axis. Both let a NaN win, so a window holding a NaN comes out NaN; only if there
-  is one anywhere are those windows computed again by ``_argmax``'s rule (a NaN counts only as
-  the window's first element inside the input). Ties do not change the value (a zero's sign
-  aside: with zeros of both signs, the two-pass order may return the other one).
+  In several passes where ``_passes`` says so, each taking the maximum over some of the pooled
+  axes of the previous pass' result (padding never read): a strided slice along the last
+  (contiguous) axis does not vectorise, the others do, so where the last axis is strided and
+  the other axes have many taps, the first pass pools the other axes for every position of the
+  last axis and the second the last axis; stride-1 windows of many taps are pooled one axis at
+  a time, a sum of the kernel's lengths of comparisons per output instead of their product.
+  The passes let a NaN win, so a window holding a NaN comes out NaN; only if there is one
+  anywhere are those windows computed again by ``_argmax``'s rule (a NaN counts only as the
+  window's first element inside the input). Ties do not change the value (a zero's sign aside:
+  with zeros of both signs, the passes' order may return the other one).
   """
-  nd = len(plan.axes)
-  if not _two_pass(plan):
+  passes = _passes(plan)
+  if len(passes) == 1:
     return _argmax(x, plan)[0]
   floating = jnp.issubdtype(x.dtype, jnp.floating)
 
@@ -443,8 +483,10 @@ def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
       best = jnp.where(take, v, best)
     return (best,)
 
-  (m,) = _over_runs(x, plan, tuple(range(nd - 1)), any_nan_max)
-  (y,) = _over_runs(lax.optimization_barrier(m), plan, (nd - 1,), any_nan_max)
+  y = x
+  for k, pooled in enumerate(passes):
+    # (a barrier between passes: fused back together, they would be the one pass again)
+    (y,) = _over_runs(lax.optimization_barrier(y) if k else y, plan, pooled, any_nan_max)
   if not floating:
     return y
   return _nan_windows_p.bind(y, x, plan=plan)
