@@ -41,6 +41,7 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
 # that element, so batch sharding needs no collective; the grid mixes channels, so channel
 # sharding may need them (only the batch layout is asserted for these).
 RESAMPLE_OPS = ("grid_sample_linear", "grid_sample_linear_rows", "grid_sample_cubic_border",
+                "grid_sample_trilinear",
                 "affine_grid_sample", "roi_align_per_image", "grad_grid_sample")
 
 
@@ -75,6 +76,10 @@ def _worker_cases():
                                   jnp.float32),
       "grid_sample_cubic_border": (lambda x: jaxops.grid_sample(
           x, grid_of(x), mode="cubic", padding_mode="border"), shape, jnp.float32),
+      # trilinear's one loop of batched gathers, its coordinates behind the conditional
+      "grid_sample_trilinear": (lambda x: jaxops.grid_sample(
+          x, jnp.tanh(x[:, :3]).transpose(0, 2, 3, 4, 1) * 1.3, padding_mode="reflection",
+          align_corners=True), (16, 8, 8, 8, 10), jnp.float32),
       "affine_grid_sample": (lambda x: jaxops.grid_sample(
           x, jaxops.affine_grid(theta_of(x), (16, 8, 9, 7))), shape, jnp.float32),
       "roi_align_per_image": (roi_align_per_image, shape, jnp.float32),
