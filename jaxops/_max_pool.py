@@ -45,10 +45,11 @@ from jax.extend.core import Primitive
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
-from jaxops._checks import (ConfigCache, as_array, cache_key, check_output_size, concrete,
-                            concrete_shape, dense_tangent, explicit_spec, floating_input,
-                            global_pool_input, index_array, int_tuple, no_tangent, replicated,
-                            reshape_lead, static_bool, value_error)
+from jaxops._checks import (ConfigCache, all_true, any_true, as_array, cache_key,
+                            check_output_size, concrete, concrete_shape, dense_tangent,
+                            explicit_spec, floating_input, global_pool_input, index_array,
+                            int_tuple, no_tangent, replicated, reshape_lead, static_bool,
+                            value_error)
 from jaxops._fused_sum import partitioned
 from jaxops._window import WindowAxis, window_plan
 
@@ -442,9 +443,9 @@ def _passes(plan: _MaxPlan) -> tuple[tuple[int, ...], ...]:
   """The pooled axes (indices into ``plan.axes``) of each pass of ``_max_values``, in order.
 
   One pass over every axis, except: stride-1 windows of many taps (``_per_axis``), one pass
-  per axis whose kernel is longer than 1 (a maximum over the window's box is the maximum over each of its
-  axes in turn, the padding excluded on each); a strided last axis after other axes of many
-  taps, two passes (``_two_pass``).
+  per axis whose kernel is longer than 1 (a maximum over the window's box is the maximum over
+  each of its axes in turn, the padding excluded on each); a strided last axis after other
+  axes of many taps, two passes (``_two_pass``).
   """
   nd = len(plan.axes)
   every = tuple(range(nd))
@@ -502,7 +503,7 @@ def _nan_windows(y: jax.Array, x: jax.Array, *, plan: _MaxPlan,
   if partitioned:
     return jnp.where(jnp.isnan(y), _argmax(x, plan)[0], y)
   # (isnan inside the branch: outside it, XLA computes the second pass again for it)
-  return lax.cond(jnp.any(jnp.isnan(y)),
+  return lax.cond(any_true(jnp.isnan(y)),
                   lambda: jnp.where(jnp.isnan(y), _argmax(x, plan)[0], y), lambda: y)
 
 
@@ -1060,7 +1061,7 @@ def _unpool_windows(x: jax.Array, indices: jax.Array,
   size = math.prod(plan.default)
   dropped = (indices < 0) | (indices >= size)
   placed = _unpool_in_window(local, cfg, x.shape[lead:])
-  return _unpool_local(x, local, cfg), jnp.all(placed | dropped)
+  return _unpool_local(x, local, cfg), all_true(placed | dropped)
 
 
 def _unpool_targets(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:

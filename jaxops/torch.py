@@ -589,7 +589,7 @@ def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive, partitioned: bool = F
   x32 = x.astype(_checks.compute_dtype(x.dtype))
   if partitioned:  # a predicate over the whole array would need a collective: the general way
     return infinite(x32).astype(x.dtype)
-  return lax.cond(jnp.any(jnp.isinf(x32)), infinite, plain, x32).astype(x.dtype)
+  return lax.cond(_checks.any_true(jnp.isinf(x32)), infinite, plain, x32).astype(x.dtype)
 
 
 def _adaptive_uneven_t_impl(ct: jax.Array, *, cfg: _Adaptive, partitioned: bool = False
@@ -1685,7 +1685,7 @@ _UNPOOL = _checks.ConfigCache(_unpool_config)
 
 @functools.partial(jax.jit, static_argnames=("plane",))
 def _bad_index(indices: jax.Array, plane: int) -> jax.Array:
-  return jnp.any((indices < 0) | (indices >= plane))
+  return _checks.any_true((indices < 0) | (indices >= plane))
 
 
 def _unpool_flat(indices: jax.Array, cfg: _Unpool) -> tuple[jax.Array, int]:
@@ -1710,7 +1710,7 @@ def _unpool_scatter(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array
 def _unpool_is_local(indices: jax.Array, cfg: _Unpool) -> jax.Array:
   """Does every index lie in its own window (what max_pool's indices of non-overlapping
   windows always do)? Then no two elements name one position and no scatter is needed."""
-  return jnp.all(_unpool_in_window(indices, cfg, indices.shape[indices.ndim - cfg.nd:]))
+  return _checks.all_true(_unpool_in_window(indices, cfg, indices.shape[indices.ndim - cfg.nd:]))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
