@@ -571,12 +571,28 @@ def _linear_axis_taps(u: Any, length: int, cdt: Any) -> tuple[list[Any], list[An
   return index, weight, bad
 
 
-def _uses_fused_linear(cfg: _Config, r: int) -> bool:
-  """Whether the forward is ``_fused_linear``: measured faster for trilinear sampling (0.74-0.78
-  of the row gathers' time on 2x16x32x64x64, interleaved in one process), slower for bilinear
-  (1.17-1.24 on 8x32x128x128: with 4 taps and 32 channels the row gathers win); more than
-  three spatial axes were not measured."""
-  return cfg.mode is Mode.LINEAR and r == 3
+# Bilinear sampling runs as _fused_linear with at most this many channels, or from planes of
+# at least _FUSED_PLANE pixels; else as row gathers (_uses_fused_linear).
+_FUSED_CHANNELS = 4
+_FUSED_PLANE = 256 * 256
+
+
+def _uses_fused_linear(cfg: _Config, x_shape: tuple[int, ...]) -> bool:
+  """Whether the forward is ``_fused_linear`` rather than the row gathers (``_rows``), as
+  measured on the CPU (interleaved in one process, docs/PERFORMANCE.md): trilinear sampling
+  always (0.74-0.85 of the row gathers' time on 2x16x32x64x64); bilinear with few channels,
+  where the rows are short (8x1x128x128 0.51, 8x3x128x128 0.72, 8x3x512x512 0.41,
+  8x4x256x256 0.63), or from large planes, where the row gathers' channels-last copy and
+  samples reach tens of megabytes (8x8x256x256 0.38, 8x16x256x256 0.54, 2x32x256x256 0.82,
+  4x32x256x256 0.80); not on smaller planes with more channels (8x8x128x128 1.09,
+  8x64x64x64 1.81, 8x32x128x128 0.88-1.25). One axis or more than three: not measured, the
+  row gathers."""
+  _, c, *spatial = x_shape
+  if cfg.mode is not Mode.LINEAR:
+    return False
+  if len(spatial) == 3:
+    return True
+  return len(spatial) == 2 and (c <= _FUSED_CHANNELS or math.prod(spatial) >= _FUSED_PLANE)
 
 
 def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
@@ -630,7 +646,7 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
 
 def _forward(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M) linear/cubic samples: ``_fused_linear`` where it is faster, else ``_rows``."""
-  if _uses_fused_linear(cfg, x.ndim - 2):
+  if _uses_fused_linear(cfg, tuple(x.shape)):
     return _fused_linear(x, g, bad, cfg, cdt)
   return _rows(x, g, bad, cfg, cdt)
 
