@@ -592,6 +592,35 @@ def test_materialised_row_gathers_equal_torch(mode, tmode, padding_mode, align_c
     np.testing.assert_array_equal(yi, want_i.astype(np.int32))
 
 
+@pytest.mark.parametrize("padding_mode, align_corners", [
+    ("zeros", False), ("border", True), ("reflection", False), ("reflection", True)])
+def test_both_linear_forwards_equal_torch(padding_mode, align_corners):
+  """The linear forward's two paths (``_uses_fused_linear``): the fused loop on few channels
+  and on large planes, the row gathers on smaller planes with more channels; each against
+  torch in float64 and float32, with points far outside the input and a NaN point."""
+  from jaxops import _grid_sample
+  cfg = _grid_sample._Config(_grid_sample.Mode.LINEAR, _grid_sample.PaddingMode(padding_mode),
+                             align_corners)
+  rng = np.random.default_rng(24)
+  for x_shape, fused in [((2, 3, 37, 41), True), ((2, 6, 37, 41), False),
+                         ((1, 6, 256, 257), True)]:
+    assert _grid_sample._uses_fused_linear(cfg, x_shape) is fused
+    x = rng.standard_normal(x_shape)
+    g = rng.uniform(-1.3, 1.3, (x_shape[0], 48, 45, 2))
+    g.reshape(-1, 2)[::97] = rng.uniform(-9.0, 9.0, 2)
+    g[0, 3, 5, 1] = np.nan
+    kw = dict(padding_mode=padding_mode, align_corners=align_corners)
+    # float32: points reflected from 9 spans out sit near pixel 2000, where float32 coordinates
+    # are 1.2e-4 pixels apart (torch rounds them in another order)
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 3e-4)):
+      want = torch.nn.functional.grid_sample(torch.tensor(x.astype(dtype)),
+                                             torch.tensor(g.astype(dtype)), **kw).numpy()
+      got = np.array(jaxops.grid_sample(x.astype(dtype), g.astype(dtype), **kw))
+      assert np.isnan(got[0, :, 3, 5]).all()
+      got[0, :, 3, 5] = want[0, :, 3, 5] = 0  # torch reads a NaN point as zero
+      np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"{x_shape} {dtype}")
+
+
 @pytest.mark.parametrize("mode, tmode, padding_mode", [
     ("linear", "bilinear", "zeros"), ("linear", "bilinear", "reflection"),
     ("cubic", "bicubic", "border"), ("cubic", "bicubic", "zeros")])
