@@ -2,8 +2,11 @@
 
 Everything that depends only on static arguments (the spatial shapes, the mode, the padding, the
 normalised base grid of affine_grid) is fixed at trace time. The device work of grid_sample is
-gathers and a weighted sum over the taps. The forward pass of every mode gathers, for each tap
-of each point, the C contiguous values of its pixel from a channels-last copy of the input; on
+gathers and a weighted sum over the taps. Trilinear sampling, and bilinear sampling with few
+channels or from large planes, run as one loop over the output that gathers each element's taps
+straight from the input (``_fused_linear``, ``_uses_fused_linear``). Otherwise the forward pass
+gathers, for each tap of each point, the C contiguous values of its pixel from a channels-last
+copy of the input; on
 the CPU these row gathers run as the branch of a conditional, which keeps XLA from fusing the
 transposes and the tap arithmetic into them (see ``_materialised``), and the samples of NaN
 coordinates are masked in that branch, before the transposition back to channels first (see
@@ -653,7 +656,7 @@ def _forward(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any)
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
 def _interpolate(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) linear/cubic samples: row gathers, or trilinear's fused loop (``_forward``).
+  """(N, C, M) linear/cubic samples: row gathers, or the fused loop (``_forward``).
   Under jvp (and so under grad) the tangent is a sum of two parts, each present only when its
   input varies: the grid's from row gathers that also give the samples (``_grid_jvp``), the
   input's from the block formulation (or the planes), whose transpose is the faster scatter.

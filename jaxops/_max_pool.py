@@ -10,8 +10,9 @@ are computed apart and concatenated, so the whole forward pass is slices, compar
 and concatenations (no reduce_window, no padded copy of the input). It keeps, per output
 position, the maximum and the number of the tap that holds it; the ONNX Indices output is
 computed from that tap number with static arithmetic. Without Indices and without
-differentiation, where the last pooled axis is strided and the other axes have many taps, the
-maximum alone is taken in two passes (see ``_max_values``).
+differentiation the maximum alone may be taken in passes (see ``_passes``): stride-1 windows of
+many taps one axis at a time, and where the last pooled axis is strided and the other axes have
+many taps, those axes first and the last in a second pass.
 
 Which tap wins, exactly (the rule of onnx.reference and of onnxruntime's MaxPool with Indices):
 the window's taps are scanned in window order (row-major over the kernel); the first tap that
