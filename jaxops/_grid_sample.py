@@ -6,11 +6,10 @@ gathers and a weighted sum over the taps. Trilinear sampling, and bilinear sampl
 channels or from large planes, run as one loop over the output that gathers each element's taps
 straight from the input (``_fused_linear``, ``_uses_fused_linear``). Otherwise the forward pass
 gathers, for each tap of each point, the C contiguous values of its pixel from a channels-last
-copy of the input; on
-the CPU these row gathers run as the branch of a conditional, which keeps XLA from fusing the
-transposes and the tap arithmetic into them (see ``_materialised``), and the samples of NaN
-coordinates are masked in that branch, before the transposition back to channels first (see
-``_nan_at``). Under differentiation (a custom_jvp
+copy of the input; on the CPU these row gathers run as the branch of a conditional, which
+keeps XLA from fusing the transposes and the tap arithmetic into them (see ``_materialised``),
+and the samples of NaN coordinates are masked in that branch, before the transposition back to
+channels first (see ``_nan_at``). Under differentiation (a custom_jvp
 with the same values) the linear modes and cubic zeros/border take the tangent of the block
 formulation, each point's taps read as one K**r block of a channels-last input (padded only
 where an axis is shorter than the kernel), so the transpose (the gradient with respect to
