@@ -122,7 +122,7 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
     float32).
 
   Raises:
-    ValueError: bad mode/padding strings, mismatched shapes.
+    ValueError: bad mode/padding strings, mismatched shapes, images of 2**31 pixels or more.
     TypeError: unsupported dtypes, or a traced static option.
 
   Examples:
@@ -160,6 +160,9 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
         f"of shape (N, O1, ..., Om, {r}) with N = {x.shape[0]} for x of shape {x.shape}")
   if any(d == 0 for d in x.shape[2:]):
     raise _checks.value_error(_OP, "x", f"shape {x.shape}", "spatial dimensions of at least 1")
+  if math.prod(x.shape[2:]) >= 2 ** 31:  # a pixel's offset in its image is int32
+    raise _checks.value_error(_OP, "x", f"shape {x.shape}",
+                              "fewer than 2**31 pixels per image (the product of D1, ..., Dr)")
   return _grid_sample_jit(x, grid, cfg)
 
 

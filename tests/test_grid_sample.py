@@ -239,6 +239,16 @@ def _run_node(version, x, grid, **attrs):
   return Backend.run_node(node, [x, grid], opset_version=version)[0]
 
 
+def test_images_of_2_to_the_31_pixels_are_refused():
+  # the per-image pixel offsets are int32 in every path; checked from the shapes alone
+  big = jax.ShapeDtypeStruct((1, 1, 2 ** 16, 2 ** 15), jnp.float32)
+  grid = jax.ShapeDtypeStruct((1, 2, 2, 2), jnp.float32)
+  with pytest.raises(ValueError, match=r"jaxops.grid_sample: argument `x`.*2\*\*31 pixels"):
+    jax.eval_shape(jaxops.grid_sample, big, grid)
+  under = jax.ShapeDtypeStruct((1, 1, 2 ** 16, 2 ** 15 - 1), jnp.float32)
+  assert jax.eval_shape(jaxops.grid_sample, under, grid).shape == (1, 1, 2, 2)
+
+
 def test_onnx_versions_accept_only_their_own_spellings():
   x = X.astype(np.float32)
   g = np.random.default_rng(0).uniform(-1, 1, (1, 2, 3, 2)).astype(np.float32)
