@@ -32,6 +32,7 @@ import functools
 import itertools
 import math
 import operator
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -444,16 +445,24 @@ def _pixel_rows(x: jax.Array, dtype: Any) -> jax.Array:
                                                      x.shape[1])
 
 
+def _tap_combinations(index: list[list[Any]], weight: list[list[Any]]
+                      ) -> Iterator[tuple[Any, Any]]:
+  """For every combination of one tap per axis (the first axis outermost), its flat offset
+  (the sum of the axes' offsets) and weight (the product of the axes' weights), from per axis
+  one array per tap of offsets (``index``) and of weights (``weight``)."""
+  for taps in itertools.product(*[range(len(i)) for i in index]):
+    yield (functools.reduce(operator.add, [i[t] for i, t in zip(index, taps)]),
+           functools.reduce(operator.mul, [v[t] for v, t in zip(weight, taps)]))
+
+
 def _weighted_axis_rows(cdt: Any, xt: jax.Array, bad: jax.Array, *tables: jax.Array) -> jax.Array:
   """(N, M, C) from per-axis tables (each axis' flat offsets (N, M, K), then each axis'
   weights): for every combination of one tap per axis, the product of the weights times the
   row of ``xt`` (N, P, C) at the sum of the offsets; NaN at the points where ``bad``."""
   r = len(tables) // 2
-  index, weight = tables[:r], tables[r:]
-  out = jnp.zeros(index[0].shape[:2] + xt.shape[-1:], cdt)
-  for taps in itertools.product(*[range(i.shape[-1]) for i in index]):
-    flat = functools.reduce(operator.add, [i[..., t] for i, t in zip(index, taps)])
-    w = functools.reduce(operator.mul, [v[..., t] for v, t in zip(weight, taps)])
+  out = jnp.zeros(tables[0].shape[:2] + xt.shape[-1:], cdt)
+  per_tap = [[a[..., t] for t in range(a.shape[-1])] for a in tables]
+  for flat, w in _tap_combinations(per_tap[:r], per_tap[r:]):
     rows = row_gather(xt, flat)
     out = out + w[..., None] * rows
   return _nan_at(bad, out)
@@ -554,8 +563,8 @@ def _over_taps(tables: list[jax.Array], op: Any) -> jax.Array:
   return out
 
 
-def _linear_axis_taps(u: Any, length: int, cdt: Any) -> tuple[list[Any], list[Any], Any]:
-  """(int32 indices inside [0, L), weights, NaN flag) of the two linear taps of one axis at
+def _linear_axis_taps(u: Any, length: int, cdt: Any) -> tuple[list[Any], list[Any]]:
+  """(int32 indices inside [0, L), weights) of the two linear taps of one axis at
   the coordinates ``u`` of ``_axis_coordinate``, one array per tap: ``_axis_taps``' values
   for linear sampling, computed tap by tap with integer indices so that XLA fuses them into
   ``_fused_linear``'s loop (stacked as ``_axis_taps`` stacks them, and in floating point, the
@@ -573,7 +582,7 @@ def _linear_axis_taps(u: Any, length: int, cdt: Any) -> tuple[list[Any], list[An
     inside = (idx >= 0) & (idx <= length - 1) & ~bad
     index.append(jnp.clip(idx, 0, length - 1))
     weight.append(jnp.where(inside, w, 0).astype(cdt))
-  return index, weight, bad
+  return index, weight
 
 
 # Bilinear sampling runs as _fused_linear with at most this many channels, or from planes of
@@ -631,7 +640,7 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   stride = 1
   for j, u in enumerate(us):
     length = spatial[r - 1 - j]
-    idx, ws, _ = _linear_axis_taps(u, length, cdt)
+    idx, ws = _linear_axis_taps(u, length, cdt)
     index.append([i * stride for i in idx])
     weight.append(ws)
     stride *= length
@@ -640,9 +649,7 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
                                         start_index_map=(2,), operand_batching_dims=(0,),
                                         start_indices_batching_dims=(0,))
   out = jnp.zeros((n, c, m), cdt)
-  for taps in itertools.product(*[range(2)] * r):
-    flat: jax.Array = functools.reduce(operator.add, [i[t] for i, t in zip(index, taps)])
-    w = functools.reduce(operator.mul, [v[t] for v, t in zip(weight, taps)])
+  for flat, w in _tap_combinations(index, weight):
     rows = jax.lax.gather(xf, flat[..., None], dims, (1, c, 1),
                           mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
     out = out + w[:, None, :] * rows
