@@ -36,7 +36,8 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
        "cast_int8", "cast_bfloat16", "grad_resize_linear", "grad_average_pool", "max_pool",
        "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
        "global_max_pool", "max_pool_3d", "torch_adaptive_avg_uneven",
-       "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max")
+       "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max", "torch_adaptive_max_tiled",
+       "grad_torch_adaptive_max_tiled")
 # grid_sample, affine_grid and roi_align: each batch element's grid (theta, roi set) comes from
 # that element, so batch sharding needs no collective; the grid mixes channels, so channel
 # sharding may need them (only the batch layout is asserted for these).
@@ -135,6 +136,11 @@ def _worker_cases():
           jaxops.torch.adaptive_avg_pool2d(x, (5, 3))))), shape, jnp.float32),
       "grad_torch_adaptive_max": (jax.grad(lambda x: jnp.sum(jnp.sin(
           jaxops.torch.adaptive_max_pool2d(x, (5, 3))))), shape, jnp.float32),
+      # windows that tile the plane: the NaN windows' fix is a conditional only on one device
+      "torch_adaptive_max_tiled": (lambda x: jaxops.torch.adaptive_max_pool2d(
+          x, (6, 5), return_indices=True)[1], shape, jnp.float32),
+      "grad_torch_adaptive_max_tiled": (jax.grad(lambda x: jnp.sum(jnp.sin(
+          jaxops.torch.adaptive_max_pool2d(x, (6, 5))))), shape, jnp.float32),
   }
 
 
@@ -216,7 +222,8 @@ def _run_worker(group: tuple[str, ...]) -> dict:
 # (max_unpool is not here: its flat-index scatter is not plane-local, XLA gathers for it)
 _MAX_LP = ("max_pool", "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
            "global_max_pool", "max_pool_3d", "torch_adaptive_avg_uneven",
-           "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max")
+           "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max", "torch_adaptive_max_tiled",
+           "grad_torch_adaptive_max_tiled")
 GROUPS = {
     "resize": tuple(o for o in OPS if "resize" in o),
     "pool_cast": tuple(o for o in OPS if "resize" not in o and o not in _MAX_LP),

@@ -662,3 +662,37 @@ def test_adaptive_max_pool_uneven_windows_split_scan_matches_torch(size):
   (TF.adaptive_max_pool2d(tx, size) ** 2).sum().backward()
   g = jax.grad(lambda a: jnp.sum(F.adaptive_max_pool2d(a, size) ** 2))(xf)
   np.testing.assert_allclose(np.asarray(g), tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 8, 12), (4, 3)), ((2, 2, 4, 6, 4), (2, 3, 2)),
+                                        ((3, 2, 12), 4)])
+def test_adaptive_max_pool_tiled_windows_match_torch(shape, size):
+  """Windows that tile the input (kernel = stride) scan without the NaN test and fix the
+  windows holding NaN afterwards, only when there is one: values, indices and gradients
+  (NaN windows send theirs to the last NaN) against torch, both with NaN (several per window)
+  and without, jitted and under vmap (the fix is a primitive with its own batching rule)."""
+  nd = len(shape) - 2
+  name = f"adaptive_max_pool{nd}d"
+  from jaxops import torch as module
+  assert module._amax_tiling(module._amax_config(name, nd, shape, size, True).axes)
+  rng = np.random.default_rng(41 + nd)
+  base = rng.integers(-2, 3, shape).astype(np.float64)
+  nan = base.copy()
+  nan[rng.random(shape) < 0.2] = np.nan
+  nan[rng.random(shape) < 0.05] = np.inf
+  tf, jf = getattr(TF, name), getattr(F, name)
+  fwd = jax.jit(lambda a: jf(a, size, True))
+  grad = jax.jit(jax.grad(lambda a, w: jnp.sum(jf(a, size) * w)))
+  for x in (base, nan, rng.standard_normal(shape)):
+    xt = torch.tensor(x, requires_grad=True)
+    yt, it = tf(xt, size, True)
+    w = rng.standard_normal(tuple(yt.shape))
+    (yt * torch.tensor(w)).sum().backward()
+    y, i = fwd(x)
+    np.testing.assert_array_equal(np.asarray(y), yt.detach().numpy())
+    np.testing.assert_array_equal(np.asarray(i), it.numpy())
+    np.testing.assert_array_equal(np.asarray(grad(x, w)), xt.grad.numpy())
+    yv, iv = jax.vmap(lambda a: jf(a, size, True))(x)
+    np.testing.assert_array_equal(np.asarray(iv), it.numpy())
+    gv = jax.vmap(grad)(x[:, None], w[:, None])[:, 0]
+    np.testing.assert_array_equal(np.asarray(gv), xt.grad.numpy())
