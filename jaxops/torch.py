@@ -23,8 +23,9 @@ How each maps onto jaxops:
 - ``lp_pool1d/2d/3d``: torch's own definition on ``avg_pool``:
   ``(sign(a) * relu(|a|) * prod(kernel_size)) ** (1 / norm_type)``, ``a`` the average of
   ``input ** norm_type``.
-- ``adaptive_avg_pool1d/2d/3d``: a static averaging table per axis (window ``o`` of ``n -> m``
-  is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel;
+- ``adaptive_avg_pool1d/2d/3d``: a static summing table per axis (window ``o`` of ``n -> m``
+  is ``[floor(o * n / m), ceil((o + 1) * n / m))``) applied by the same separable kernel, then
+  one division by the window's size, as torch rounds;
   where every ``m`` divides its ``n``, ``jaxops.average_pool`` with kernel = stride = ``n / m``.
 - ``grid_sample``: ``jaxops.grid_sample`` (ONNX GridSample's "linear"/"cubic" spellings of
   "bilinear"/"bicubic"; its nearest rounding, cubic border/reflection taps and reflection
@@ -75,6 +76,7 @@ import jaxops
 from jaxops import _checks
 from jaxops import _fused_sum
 from jaxops import _max_pool as _max_pool_module
+from jaxops import _pool as _pool_module
 from jaxops import _resize_kernel
 from jaxops import _torch_uint8
 from jaxops._aten import (_INTERP_SIZE, _area_scale, _cubic_far, _cubic_near, _floorf, _fma,
@@ -251,6 +253,17 @@ def _adaptive_table(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
   idx = np.where(live, start[:, None] + j, start[:, None])
   w = np.where(live, 1.0 / (end - start)[:, None], 0.0)
   return idx, w
+
+
+def _adaptive_divisor(cfg: _Adaptive, lead: int, dtype: Any) -> Any:
+  """The window sizes of uneven adaptive average pooling, as a divisor of the window sums (a
+  table of the output plane; see ``_pool._divisor``): torch sums each window and divides by
+  its size, rounding once. Weights of ``1 / size`` per axis rounded each product (a bfloat16
+  mean that lies halfway between two bfloat16 values came out one float32 unit off, and was
+  then rounded the other way)."""
+  counts = tuple(tuple(int(-((-(o + 1) * n) // m) - (o * n) // m) for o in range(m))
+                 for n, m in cfg.axes)
+  return _pool_module._divisor(counts, lead, dtype)
 
 
 def _vectorized_2d(axes: tuple[tuple[int, int, float | None], ...]) -> bool:
@@ -506,9 +519,13 @@ class _Adaptive:
 
 @functools.lru_cache(maxsize=512)
 def _adaptive_tables(cfg: _Adaptive) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+  """Per pooled axis, the summing taps of its windows: (index, 1 for a tap of the window or 0
+  for the padding of a shorter one). The sums are divided by the window's size after
+  (``_adaptive_divisor``)."""
   out = []
   for n_in, n_out in cfg.axes:
     idx, w = _adaptive_table(n_in, n_out)
+    w = (w > 0).astype(np.float64)
     idx.setflags(write=False)
     w.setflags(write=False)
     out.append((idx, w))
@@ -536,7 +553,8 @@ def _uneven_passes(cfg: _Adaptive, ndim: int) -> list[tuple[int, np.ndarray, np.
 
 @functools.lru_cache(maxsize=512)
 def _adaptive_matrices(cfg: _Adaptive) -> tuple[np.ndarray, ...]:
-  """Each pooled axis' pooling matrix ``(out, in)``, built once per configuration."""
+  """Each pooled axis' summing matrix ``(out, in)`` (1 where the input lies in the output's
+  window), built once per configuration."""
   out = []
   for (n_in, n_out), (idx, w) in zip(cfg.axes, _adaptive_tables(cfg)):
     m = np.zeros((n_out, n_in))
@@ -572,7 +590,8 @@ def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive, partitioned: bool = F
   passes = _uneven_passes(cfg, x.ndim)
 
   def plain(a: jax.Array) -> jax.Array:
-    return _resize_kernel.apply_separable(a, passes)
+    return _resize_kernel.apply_separable(a, passes) / _adaptive_divisor(
+        cfg, x.ndim - len(cfg.axes), a.dtype)
 
   def infinite(a: jax.Array) -> jax.Array:
     # The taps' table pads short windows with zero-weight taps on a pixel of the window, whose
@@ -599,6 +618,7 @@ def _adaptive_uneven_t_impl(ct: jax.Array, *, cfg: _Adaptive, partitioned: bool 
           if n != o]
 
   def dense(c: jax.Array) -> jax.Array:
+    c = c / _adaptive_divisor(cfg, lead, c.dtype)
     for axis, m in mats:
       c = jnp.moveaxis(jnp.tensordot(c, jnp.asarray(m, c.dtype), axes=([axis], [0]),
                                      precision=lax.Precision.HIGHEST), -1, axis)
