@@ -1952,10 +1952,10 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   maximum or NaN: ties go to the first maximum, and a window holding NaN gives NaN at its last
   NaN. Small windows run that scan over all their taps at once (windows that tile the input
   find positions without the NaN test and fix NaN windows after, ``_amax_tiled``); larger
-  ones one axis at a time from the last, carrying each partial maximum's position (the scan is separable: the first
-  maximum in row-major order is the first row's first maximum among the rows' maxima, and the
-  last NaN the last row's last NaN). A repeated tap (the padding of a short window) names an
-  element of the window again and changes neither.
+  ones one axis at a time from the last, carrying each partial maximum's position (the scan
+  is separable: the first maximum in row-major order is the first row's first maximum among
+  the rows' maxima, and the last NaN the last row's last NaN). A repeated tap (the padding of
+  a short window) names an element of the window again and changes neither.
   """
   nd = len(axes)
   lead = x.ndim - nd

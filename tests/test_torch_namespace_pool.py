@@ -105,8 +105,8 @@ def _adaptive_case(rng: np.random.Generator, nd: int) -> tuple[tuple[int, ...], 
 def test_adaptive_avg_pool_plans_match_torch(nd):
   """200 random configurations per rank (divisible and uneven windows, outputs larger than the
   input, 1-pixel axes, None entries, unbatched inputs): the linear map of jaxops' static
-  summing tables and window sizes equals torch's forward map (one-hot inputs) and backward map (one-hot
-  cotangents), float64 and float32. No XLA compile; the kernel runs end to end below."""
+  summing tables and window sizes equals torch's forward map (one-hot inputs) and backward map
+  (one-hot cotangents), float64 and float32. No XLA compile; the kernel runs end to end below."""
   from jaxops import torch as module
   rng = np.random.default_rng(200 + nd)
   name = f"adaptive_avg_pool{nd}d"
