@@ -2064,7 +2064,7 @@ def _amax_jvp(axes: tuple[tuple[int, int], ...], primals: tuple[Any, ...],
 def _amax_tiling(axes: tuple[tuple[int, int], ...]) -> bool:
   """Whether the windows tile every pooled axis (kernel = stride = ``n / m``) with at most
   ``_AMAX_SCAN_TAPS`` taps (``_amax_tiled``, ``_amax_tiled_tangent``: a select per tap)."""
-  return (all(n % o == 0 for n, o in axes)
+  return (all(o and n % o == 0 for n, o in axes)
           and math.prod(n // o for n, o in axes) <= _AMAX_SCAN_TAPS)
 
 
@@ -2077,6 +2077,7 @@ def _amax_tiles(ndim: int, axes: tuple[tuple[int, int], ...]) -> list[tuple[Any,
 
 
 def _amax_tile_number(taps: list[tuple[Any, ...]], dtype: Any) -> Any:
+  """Each tiled tap's number in the window (scan order), a scalar constant."""
   return lambda tap: np.asarray(taps.index(tap), dtype)
 
 
@@ -2154,10 +2155,9 @@ def _amax_tiled_tangent(t: jax.Array, x: jax.Array, y: jax.Array,
   winning tap number (the scan again, NaN fixed as in ``_amax_tiled``) picks that tap as
   max_pool's backward does (``_select_taps``), so that the backward pass is one elementwise
   pass over the input instead of a scatter-add (8x512x14x14 -> 7x7, the gradient of
-  sum(y ** 2): 0.57 ms against 0.94, benchmarks/)."""
-  taps = _amax_tiles(x.ndim, axes)
-  dtype = np.int8 if len(taps) <= np.iinfo(np.int8).max else np.int32
-  arg = _amax_scan(x, taps, _amax_tile_number(taps, dtype), nan=False)[1]
+  sum(y ** 2): 0.57-0.63 ms against 0.94, benchmarks/)."""
+  taps = _amax_tiles(x.ndim, axes)  # (at most _AMAX_SCAN_TAPS: int8 tap numbers)
+  arg = _amax_scan(x, taps, _amax_tile_number(taps, np.int8), nan=False)[1]
   arg = _amax_last_nan_p.bind(y, arg, x, axes=axes, positions=False)
   windows = tuple(_max_pool_op.WindowAxis(n, n // o, n // o, 1, 0, 0, o) for n, o in axes)
   return _max_pool_op._select_taps(t, arg, windows)
