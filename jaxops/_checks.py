@@ -447,3 +447,13 @@ def all_true(b: Any) -> Any:
 def any_true(b: Any) -> Any:
   """``jnp.any(b)`` (False when ``b`` is empty), as a maximum over bytes (``all_true``)."""
   return jax.lax.reduce(b.astype(np.uint8), np.uint8(0), jax.lax.max, tuple(range(b.ndim))) > 0
+
+
+def batch_first(args: Any, dims: Any) -> list[Any]:
+  """A batching rule's operands with the mapped axis first: moved there where an operand is
+  batched, broadcast along it where not (for primitives whose operands all lead with the same
+  axes). Shared by max_pool's NaN windows, grid_sample's tangent and jaxops.torch's adaptive
+  maximum."""
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+  return [jax.numpy.moveaxis(a, d, 0) if d is not None
+          else jax.numpy.broadcast_to(a, (size,) + a.shape) for a, d in zip(args, dims)]

@@ -879,11 +879,9 @@ ad.primitive_transposes[_tangent_p] = _tangent_transpose
 
 def _tangent_batch(args: Any, dims: Any, *, cfg: _Config, cdt: Any) -> tuple[jax.Array, int]:
   # every operand leads with the images: the mapped axis folds into them
-  b = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-  moved = [jnp.moveaxis(a, d, 0) if d is not None
-           else jnp.broadcast_to(a, (b,) + a.shape) for a, d in zip(args, dims)]
+  moved = _checks.batch_first(args, dims)
   out = _tangent_p.bind(*[a.reshape((-1,) + a.shape[2:]) for a in moved], cfg=cfg, cdt=cdt)
-  return out.reshape((b, -1) + out.shape[1:]), 0
+  return out.reshape((moved[0].shape[0], -1) + out.shape[1:]), 0
 
 
 batching.primitive_batchers[_tangent_p] = _tangent_batch

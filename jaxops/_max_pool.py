@@ -46,7 +46,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
-from jaxops._checks import (ConfigCache, all_true, any_true, as_array, cache_key,
+from jaxops._checks import (ConfigCache, all_true, any_true, as_array, batch_first, cache_key,
                             check_output_size, concrete, concrete_shape, dense_tangent,
                             explicit_spec, floating_input, global_pool_input, index_array,
                             int_tuple, no_tangent, replicated, reshape_lead, static_bool,
@@ -510,10 +510,7 @@ def _nan_windows(y: jax.Array, x: jax.Array, *, plan: _MaxPlan,
 
 def _nan_windows_batch(args: Any, dims: Any, *, plan: _MaxPlan) -> tuple[jax.Array, int]:
   # the pooled axes are the trailing ones: a batch axis goes first
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-  y, x = (jnp.moveaxis(a, d, 0) if d is not None
-          else jnp.broadcast_to(a, (size,) + a.shape) for a, d in zip(args, dims))
-  return _nan_windows_p.bind(y, x, plan=plan), 0
+  return _nan_windows_p.bind(*batch_first(args, dims), plan=plan), 0
 
 
 _nan_windows_p = Primitive("jaxops_max_pool_nan_windows")

@@ -261,8 +261,7 @@ def _adaptive_divisor(cfg: _Adaptive, lead: int, dtype: Any) -> Any:
   its size, rounding once. Weights of ``1 / size`` per axis rounded each product (a bfloat16
   mean that lies halfway between two bfloat16 values came out one float32 unit off, and was
   then rounded the other way)."""
-  counts = tuple(tuple(int(-((-(o + 1) * n) // m) - (o * n) // m) for o in range(m))
-                 for n, m in cfg.axes)
+  counts = tuple(tuple(int(c) for c in w.sum(axis=1)) for _, w in _adaptive_tables(cfg))
   return _pool_module._divisor(counts, lead, dtype)
 
 
@@ -2126,10 +2125,7 @@ mlir.register_lowering(_amax_last_nan_p, lambda ctx, y, where, x, **params: mlir
 
 def _amax_last_nan_batch(args: Any, dims: Any, **params: Any) -> tuple[jax.Array, int]:
   # the pooled axes are the trailing ones: a batch axis goes first
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-  y, where, x = (jnp.moveaxis(a, d, 0) if d is not None
-                 else jnp.broadcast_to(a, (size,) + a.shape) for a, d in zip(args, dims))
-  return _amax_last_nan_p.bind(y, where, x, **params), 0
+  return _amax_last_nan_p.bind(*_checks.batch_first(args, dims), **params), 0
 
 
 batching.primitive_batchers[_amax_last_nan_p] = _amax_last_nan_batch
@@ -2140,10 +2136,7 @@ def _amax_tiled(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.Ar
   """``_amax_forward`` where the windows tile every pooled axis: the maxima by torch's rule,
   their positions by the scan without NaN, and NaN windows fixed by ``_amax_last_nan``."""
   taps = _amax_tiles(x.ndim, axes)
-  best = x[taps[0]]
-  for tap in taps[1:]:
-    v = x[tap]
-    best = jnp.where((v > best) | jnp.isnan(v), v, best)
+  best = _amax_scan(x, taps, _amax_tile_number(taps, np.int8))[0]  # (its numbers unused)
   where = _amax_scan(x, taps, _amax_tile_position(taps, axes, _max_pool_op._index_dtype()),
                      nan=False)[1]
   return best, _amax_last_nan_p.bind(best, where, x, axes=axes, positions=True)
