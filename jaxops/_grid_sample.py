@@ -13,7 +13,9 @@ channels first (see ``_nan_at``). Under differentiation (a custom_jvp
 with the same values) the linear modes and cubic zeros/border take the tangent of the block
 formulation, each point's taps read as one K**r block of a channels-last input (padded only
 where an axis is shorter than the kernel), so the transpose (the gradient with respect to
-``x``) is one block scatter-add per point rather than one scatter per tap. Where both ``x``
+``x``) is one block scatter-add per point rather than one scatter per tap; cubic reflection,
+whose taps do not form blocks, takes a loop over the taps whose transpose scatters each tap's
+rows into one accumulator (``_tap_rows``). Where both ``x``
 and the grid vary, the two parts of the tangent are one primitive whose transpose computes the
 grid's part before the input's, so that XLA's CPU scheduler does not keep both parts'
 temporaries alive at once (``_tangent_p``). The blocks are
@@ -393,22 +395,6 @@ def _chunked_points(a: jax.Array, lay: _BlockLayout) -> jax.Array:
   return jnp.pad(a, pad).reshape((n, lay.chunks, lay.mc) + a.shape[2:])
 
 
-def _planes(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) samples from one gather per tap on each (n, c) plane: the input's tangent of
-  cubic sampling with reflection padding, whose taps do not form blocks (its transpose is one
-  scatter per tap). As a forward it is slower than the row gathers (bicubic border on
-  8x32x128x128: 68 ms against 47, one process)."""
-  n, c, *spatial = x.shape
-  m = g.shape[1]
-  flat, weight, _ = _tap_table(tuple(x.shape), g, cfg, cdt)
-  xf = x.astype(cdt).reshape(n, c, math.prod(spatial))
-  out = jnp.zeros((n, c, m), cdt)
-  for t in range(flat.shape[-1]):
-    v = jnp.take_along_axis(xf, flat[:, None, :, t], axis=2, mode="promise_in_bounds")
-    out = out + weight[:, None, :, t] * v
-  return jnp.where(bad[:, None, :], jnp.asarray(jnp.nan, cdt), out)
-
-
 def _rows(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M) samples as one row gather per tap from a channels-last input: each tap of each
   point reads the C contiguous values of its pixel. The fastest forward of every mode on
@@ -417,6 +403,31 @@ def _rows(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) ->
   per point instead of K**r, which keeps a 3-D call's temporaries smaller."""
   index, weight, _ = _axis_tables(tuple(x.shape), g, cfg, cdt)
   return _samples(cdt, _pixel_rows(x, cdt), index, weight, bad)
+
+
+def _tap_rows(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
+              cdt: Any) -> jax.Array:
+  """(N, C, M) samples as a loop over the taps, each a row gather of the channels-last input:
+  the input's tangent of cubic sampling with reflection padding, whose taps do not form blocks.
+  Its transpose is a loop of row scatter-adds into one accumulator, one tap at a time, where
+  the gathers' own transpose (``_rows``) scatters every tap into zeros of its own and adds
+  them up, and one scatter per tap on the (n, c) planes scatters single values. Gradient of
+  sum(y ** 2) in x and grid, bicubic reflection on 8x32x128x128: 109 ms against 182-208 for
+  the row gathers' transpose and 435 for the planes' (PyTorch 128-136); on 8x32x64x64, 11-12
+  ms against 40-44 and 108 (PyTorch 28-30; docs/PERFORMANCE.md)."""
+  flat, weight, _ = _tap_table(tuple(x.shape), g, cfg, cdt)
+  xt = _pixel_rows(x, cdt)
+
+  def tap(acc: Any, tables: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, None]:
+    index, w = tables
+    v = w[..., None] * row_gather(xt, index)
+    return v if acc is None else acc + v, None
+
+  # The first tap starts the sum (zeros would not vary over shard_map's manual axes as the
+  # loop's result does)
+  index, w = jnp.moveaxis(flat, -1, 0), jnp.moveaxis(weight, -1, 0)
+  out = jax.lax.scan(tap, tap(None, (index[0], w[0]))[0], (index[1:], w[1:]))[0]
+  return _nan_at(bad, out).transpose(0, 2, 1)
 
 
 def _samples(cdt: Any, xt: jax.Array, index: list[jax.Array], weight: list[jax.Array],
@@ -668,7 +679,7 @@ def _interpolate(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: 
   """(N, C, M) linear/cubic samples: row gathers, or the fused loop (``_forward``).
   Under jvp (and so under grad) the tangent is a sum of two parts, each present only when its
   input varies: the grid's from row gathers that also give the samples (``_grid_jvp``), the
-  input's from the block formulation (or the planes), whose transpose is the faster scatter.
+  input's from the block formulation (or the row gathers), whose transpose is the faster scatter.
   The samples are NaN at the points where ``bad`` (N, M); there the tangent is 0."""
   return _forward(x, g, bad, cfg, cdt)
 
@@ -678,7 +689,7 @@ def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any
   tx, tg, _ = tangents
 
   def x_part() -> jax.Array:  # the input's part: its transpose is the scatter
-    path = _blocks if _uses_blocks(cfg) else _planes
+    path = _blocks if _uses_blocks(cfg) else _tap_rows
     return jax.jvp(lambda a: path(a, g, bad, cfg, cdt), (x,), (tx,))[1]
 
   # JAX calls the rule only when some tangent is nonzero

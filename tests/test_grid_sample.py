@@ -432,6 +432,8 @@ def test_3d_gradients_equal_torch_autograd():
     ("linear", "bilinear", "reflection", (2, 3, 9, 7), (2, 110, 110, 2)),
     ("cubic", "bicubic", "border", (2, 3, 9, 7), (2, 60, 50, 2)),
     ("cubic", "bicubic", "zeros", (2, 3, 9, 7), (2, 60, 50, 2)),
+    # cubic reflection: no blocks, a loop over the taps (its transpose, one accumulator)
+    ("cubic", "bicubic", "reflection", (2, 3, 9, 7), (2, 60, 50, 2)),
     ("linear", "bilinear", "zeros", (1, 2, 4, 5, 6), (1, 20, 30, 30, 3)),
     # an axis shorter than the kernel: the padded input
     ("linear", "bilinear", "zeros", (2, 2, 1, 5), (2, 4, 3, 2)),
@@ -482,7 +484,8 @@ def test_empty_batch_points_or_channels_equal_torch(mode, tmode, x_shape, g_shap
 
 
 @pytest.mark.parametrize("mode, tmode, padding_mode", [("linear", "bilinear", "zeros"),
-                                                       ("cubic", "bicubic", "border")])
+                                                       ("cubic", "bicubic", "border"),
+                                                       ("cubic", "bicubic", "reflection")])
 @pytest.mark.parametrize("shared_x", [False, True])
 def test_vmap_of_the_gradient_in_input_and_grid_equals_torch(mode, tmode, padding_mode, shared_x):
   """The gradient in both the input and the grid (one primitive whose transpose orders the two
@@ -512,7 +515,8 @@ def test_vmap_of_the_gradient_in_input_and_grid_equals_torch(mode, tmode, paddin
 
 
 @pytest.mark.parametrize("mode, tmode, padding_mode", [("linear", "bilinear", "zeros"),
-                                                       ("cubic", "bicubic", "border")])
+                                                       ("cubic", "bicubic", "border"),
+                                                       ("cubic", "bicubic", "reflection")])
 def test_vmap_of_the_jvp_in_input_and_grid_pairs_with_torch_gradient(mode, tmode, padding_mode):
   """Forward mode in both the input and the grid, under vmap (torch has no forward mode for
   grid_sample): for each element, the jvp's inner product with a cotangent equals the

@@ -43,7 +43,8 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
 # sharding may need them (only the batch layout is asserted for these).
 RESAMPLE_OPS = ("grid_sample_linear", "grid_sample_linear_rows", "grid_sample_cubic_border",
                 "grid_sample_trilinear",
-                "affine_grid_sample", "roi_align_per_image", "grad_grid_sample")
+                "affine_grid_sample", "roi_align_per_image", "grad_grid_sample",
+                "grad_grid_sample_cubic_reflection")
 
 
 def _worker_cases():
@@ -86,6 +87,10 @@ def _worker_cases():
       "roi_align_per_image": (roi_align_per_image, shape, jnp.float32),
       "grad_grid_sample": (jax.grad(lambda x: jnp.sum(jnp.sin(jaxops.grid_sample(
           x, grid_of(x))))), shape, jnp.float32),
+      # the input's part a loop over the taps (_tap_rows), its transpose a scatter per tap
+      "grad_grid_sample_cubic_reflection": (jax.grad(lambda x: jnp.sum(jnp.sin(
+          jaxops.grid_sample(x, grid_of(x), mode="cubic", padding_mode="reflection")))),
+          shape, jnp.float32),
   }
   return resample | {
       "resize_linear": (functools.partial(jaxops.resize, scales=(1.0, 1.0, 2.0, 1.5),
@@ -305,6 +310,8 @@ def _shard_map_worker() -> None:
       "grid_sample x and grid": (jaxops.grid_sample, (x, g)),
       "grid_sample cubic border": (lambda a, b: jaxops.grid_sample(
           a, b, mode="cubic", padding_mode="border"), (x, g)),
+      "grid_sample cubic reflection": (lambda a, b: jaxops.grid_sample(
+          a, b, mode="cubic", padding_mode="reflection"), (x, g)),
       "grid_sample 3-D": (jaxops.grid_sample, (x5, g5)),
       "spatial transformer": (lambda a, t: jaxops.grid_sample(a, jaxops.affine_grid(
           t + 0.1 * a[:, 0, 0, :3][:, None, :], a.shape)),
