@@ -379,15 +379,18 @@ def global_average_pool(x: jax.typing.ArrayLike) -> jax.Array:
   return _global_average_pool(x)
 
 
-@jax.jit
-def _global_average_pool(x: jax.Array) -> jax.Array:
+@functools.partial(jax.jit, static_argnames="lead")
+def _global_average_pool(x: jax.Array, lead: int = 2) -> jax.Array:
+  """The mean over every axis after the first ``lead`` (2: GlobalAveragePool; also
+  ``jaxops.torch``'s adaptive average to size 1, torch's mean). The leading axes are kept
+  apart (merged, a channel-sharded input would need an all-gather)."""
   dtype = x.dtype
   if dtype in (jnp.float16, jnp.bfloat16):
     x = x.astype(jnp.float32)
-  size = math.prod(x.shape[2:])
-  sums = _row_sums(x.reshape(x.shape[:2] + (size,)))
+  size = math.prod(x.shape[lead:])
+  sums = _row_sums(x.reshape(x.shape[:lead] + (size,)))
   y = sums / np.asarray(size, x.dtype)  # divided by the static count, as the spec writes it
-  return y.reshape(x.shape[:2] + (1,) * (x.ndim - 2)).astype(dtype)
+  return y.reshape(x.shape[:lead] + (1,) * (x.ndim - lead)).astype(dtype)
 
 
 # Longest rows that _row_sums sums as a matrix-vector product: past it (a tie at 144 values on

@@ -37,7 +37,7 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
        "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
        "global_max_pool", "max_pool_3d", "torch_adaptive_avg_uneven",
        "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max", "torch_adaptive_max_tiled",
-       "grad_torch_adaptive_max_tiled")
+       "grad_torch_adaptive_max_tiled", "torch_adaptive_avg_one", "grad_torch_adaptive_avg_one")
 # grid_sample, affine_grid and roi_align: each batch element's grid (theta, roi set) comes from
 # that element, so batch sharding needs no collective; the grid mixes channels, so channel
 # sharding may need them (only the batch layout is asserted for these).
@@ -139,6 +139,11 @@ def _worker_cases():
                                     shape, jnp.float32),
       "grad_torch_adaptive_avg_uneven": (jax.grad(lambda x: jnp.sum(jnp.sin(
           jaxops.torch.adaptive_avg_pool2d(x, (5, 3))))), shape, jnp.float32),
+      # to size 1: GlobalAveragePool's row sums over the last axes, the leading ones apart
+      "torch_adaptive_avg_one": (lambda x: jaxops.torch.adaptive_avg_pool2d(x, 1), shape,
+                                 jnp.float32),
+      "grad_torch_adaptive_avg_one": (jax.grad(lambda x: jnp.sum(jnp.sin(
+          jaxops.torch.adaptive_avg_pool2d(x, 1)))), shape, jnp.float32),
       "grad_torch_adaptive_max": (jax.grad(lambda x: jnp.sum(jnp.sin(
           jaxops.torch.adaptive_max_pool2d(x, (5, 3))))), shape, jnp.float32),
       # windows that tile the plane: the NaN windows' fix is a conditional only on one device
@@ -228,7 +233,8 @@ def _run_worker(group: tuple[str, ...]) -> dict:
 _MAX_LP = ("max_pool", "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_pool",
            "global_max_pool", "max_pool_3d", "torch_adaptive_avg_uneven",
            "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max", "torch_adaptive_max_tiled",
-           "grad_torch_adaptive_max_tiled")
+           "grad_torch_adaptive_max_tiled", "torch_adaptive_avg_one",
+           "grad_torch_adaptive_avg_one")
 GROUPS = {
     "resize": tuple(o for o in OPS if "resize" in o),
     "pool_cast": tuple(o for o in OPS if "resize" not in o and o not in _MAX_LP),

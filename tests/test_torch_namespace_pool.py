@@ -156,6 +156,30 @@ def test_adaptive_avg_pool2d_benchmark_shape_matches_torch():
   np.testing.assert_allclose(F.adaptive_avg_pool2d(x, 7), want, **TOL[np.float32])
 
 
+@pytest.mark.parametrize("nd, shape", [(1, (2, 3, 17)), (2, (2, 3, 9, 11)), (2, (3, 9, 11)),
+                                       (2, (2, 3, 64, 64)), (3, (2, 2, 4, 5, 6)),
+                                       (3, (2, 4, 5, 6))])
+def test_adaptive_avg_pool_to_size_one_matches_torch(nd, shape):
+  """Output size 1 on every axis (torch's mean; jaxops takes GlobalAveragePool's row sums):
+  values in float64, float32 and the half types, and float64 gradients, batched or not."""
+  rng = np.random.default_rng(23 + nd)
+  x = rng.standard_normal(shape)
+  f, tf = getattr(F, f"adaptive_avg_pool{nd}d"), getattr(TF, f"adaptive_avg_pool{nd}d")
+  for dt, tol in [(np.float64, TOL[np.float64]), (np.float32, TOL[np.float32])]:
+    np.testing.assert_allclose(f(x.astype(dt), 1), tf(torch.tensor(x.astype(dt)), 1).numpy(),
+                               **tol)
+  for jdt, tdt in [(jnp.bfloat16, torch.bfloat16), (jnp.float16, torch.float16)]:
+    got = f(jnp.asarray(x, jdt), 1)
+    want = tf(torch.tensor(x).to(tdt), 1).float().numpy()
+    assert got.dtype == jdt
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=1e-2, atol=1e-3)
+  xt = torch.tensor(x, requires_grad=True)
+  ct = rng.standard_normal(shape[:len(shape) - nd] + (1,) * nd)
+  tf(xt, 1).backward(torch.tensor(ct))
+  _, vjp = jax.vjp(lambda v: f(v, 1), x)
+  np.testing.assert_allclose(vjp(ct)[0], xt.grad.numpy(), **TOL[np.float64])
+
+
 def test_area_is_adaptive_avg_pool():
   x = np.random.default_rng(6).standard_normal((2, 3, 7, 5))
   want = TF.interpolate(torch.tensor(x), size=(3, 4), mode="area").numpy()
