@@ -585,12 +585,23 @@ def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive, partitioned: bool = F
   or NaN takes a branch that gives each input what torch's window shares give it (0 * inf in
   the matrices, or in the taps' zero-weight entries, would reach other windows' inputs). So
   does an input holding inf in the forward: a window with +inf averages to +inf, one with both
-  infinities to NaN (one pass over the input to look for them)."""
+  infinities to NaN (one pass over the input to look for them); not where every changing axis
+  has windows longer than the kernel unrolls, which are sums of static slices, right for any
+  input as they are."""
   passes = _uneven_passes(cfg, x.ndim)
+  # Windows longer than the resize kernel unrolls are summed slice by slice (the kernel's loop
+  # takes one tap per step: 1024 -> 7 took 1.4 ms against PyTorch's 0.09)
+  long = [p for p in passes if p[1].shape[1] > _resize_kernel._UNROLLED_TAPS]
+  taps = [p for p in passes if p[1].shape[1] <= _resize_kernel._UNROLLED_TAPS]
 
   def plain(a: jax.Array) -> jax.Array:
-    return _resize_kernel.apply_separable(a, passes) / _adaptive_divisor(
-        cfg, x.ndim - len(cfg.axes), a.dtype)
+    for axis, idx, w in long:
+      n = (w > 0).sum(axis=1)
+      a = jnp.concatenate([jnp.sum(lax.slice_in_dim(a, int(i[0]), int(i[0] + c), axis=axis),
+                                   axis=axis, keepdims=True) for i, c in zip(idx, n)], axis=axis)
+    if taps:
+      a = _resize_kernel.apply_separable(a, taps)
+    return a / _adaptive_divisor(cfg, x.ndim - len(cfg.axes), a.dtype)
 
   def infinite(a: jax.Array) -> jax.Array:
     # The taps' table pads short windows with zero-weight taps on a pixel of the window, whose
@@ -605,6 +616,8 @@ def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive, partitioned: bool = F
 
   # float16 and bfloat16 in float32, rounded once (not after each pass)
   x32 = x.astype(_checks.compute_dtype(x.dtype))
+  if not taps:  # window sums of the window's own elements: right for inf and NaN as they are
+    return plain(x32).astype(x.dtype)
   if partitioned:  # a predicate over the whole array would need a collective: the general way
     return infinite(x32).astype(x.dtype)
   return lax.cond(_checks.any_true(jnp.isinf(x32)), infinite, plain, x32).astype(x.dtype)

@@ -180,6 +180,34 @@ def test_adaptive_avg_pool_to_size_one_matches_torch(nd, shape):
   np.testing.assert_allclose(vjp(ct)[0], xt.grad.numpy(), **TOL[np.float64])
 
 
+@pytest.mark.parametrize("nd, shape, size", [(1, (2, 3, 301), 4), (2, (2, 3, 150, 9), (2, 4)),
+                                             (2, (2, 2, 70, 130), (1, 3)),
+                                             (3, (1, 2, 5, 140, 6), (2, 1, 4))])
+def test_uneven_adaptive_avg_pool_long_windows_match_torch(nd, shape, size):
+  """Windows longer than the resize kernel unrolls (summed slice by slice, alone or with a
+  short axis' taps): values with +inf, -inf and NaN in some windows, float64 gradients, and
+  float32 values, against torch."""
+  rng = np.random.default_rng(31 + nd)
+  f, tf = getattr(F, f"adaptive_avg_pool{nd}d"), getattr(TF, f"adaptive_avg_pool{nd}d")
+  x = rng.standard_normal(shape)
+  xs = x.copy().reshape(-1)
+  xs[[3, 70, 71, 400, 401, 402]] = [np.inf, -np.inf, np.inf, np.nan, np.inf, -np.inf]
+  xs = xs.reshape(shape)
+  for a in (x, xs):
+    np.testing.assert_allclose(f(a, size), tf(torch.tensor(a), size).numpy(), **TOL[np.float64])
+    a32 = a.astype(np.float32)
+    np.testing.assert_allclose(f(a32, size), tf(torch.tensor(a32), size).numpy(),
+                               **TOL[np.float32])
+  xt = torch.tensor(x, requires_grad=True)
+  y = tf(xt, size)
+  ct = rng.standard_normal(tuple(y.shape))
+  y.backward(torch.tensor(ct))
+  _, vjp = jax.vjp(lambda v: f(v, size), x)
+  np.testing.assert_allclose(vjp(ct)[0], xt.grad.numpy(), **TOL[np.float64])
+  got = jax.jit(jax.vmap(lambda v: f(v, size)))(xs[None])[0]
+  np.testing.assert_allclose(got, tf(torch.tensor(xs), size).numpy(), **TOL[np.float64])
+
+
 def test_area_is_adaptive_avg_pool():
   x = np.random.default_rng(6).standard_normal((2, 3, 7, 5))
   want = TF.interpolate(torch.tensor(x), size=(3, 4), mode="area").numpy()
