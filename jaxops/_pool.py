@@ -379,11 +379,15 @@ def global_average_pool(x: jax.typing.ArrayLike) -> jax.Array:
   return _global_average_pool(x)
 
 
-@functools.partial(jax.jit, static_argnames="lead")
-def _global_average_pool(x: jax.Array, lead: int = 2) -> jax.Array:
+@jax.jit
+def _global_average_pool(x: jax.Array) -> jax.Array:
+  return _mean_after(x, 2)
+
+
+def _mean_after(x: jax.Array, lead: int) -> jax.Array:
   """The mean over every axis after the first ``lead`` (2: GlobalAveragePool; also
-  ``jaxops.torch``'s adaptive average to size 1, torch's mean). The leading axes are kept
-  apart (merged, a channel-sharded input would need an all-gather)."""
+  ``jaxops.torch``'s adaptive average to size 1, torch's mean, through ``mean_after``). The
+  leading axes are kept apart (merged, a channel-sharded input would need an all-gather)."""
   dtype = x.dtype
   if dtype in (jnp.float16, jnp.bfloat16):
     x = x.astype(jnp.float32)
@@ -391,6 +395,9 @@ def _global_average_pool(x: jax.Array, lead: int = 2) -> jax.Array:
   sums = _row_sums(x.reshape(x.shape[:lead] + (size,)))
   y = sums / np.asarray(size, x.dtype)  # divided by the static count, as the spec writes it
   return y.reshape(x.shape[:lead] + (1,) * (x.ndim - lead)).astype(dtype)
+
+
+mean_after = jax.jit(_mean_after, static_argnames="lead")
 
 
 # Longest rows that _row_sums sums as a matrix-vector product: past it (a tie at 144 values on
