@@ -590,9 +590,11 @@ def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive, partitioned: bool = F
   input as they are."""
   passes = _uneven_passes(cfg, x.ndim)
   # Windows longer than the resize kernel unrolls are summed slice by slice (the kernel's loop
-  # takes one tap per step: 1024 -> 7 took 1.4 ms against PyTorch's 0.09)
-  long = [p for p in passes if p[1].shape[1] > _resize_kernel._UNROLLED_TAPS]
-  taps = [p for p in passes if p[1].shape[1] <= _resize_kernel._UNROLLED_TAPS]
+  # takes one tap per step: 1024 -> 7 took 1.4 ms against PyTorch's 0.09), up to
+  # _resize_kernel._UNROLLED_TAPS windows (a reduction each: 1000 took 16 s to compile)
+  long = [p for p in passes if p[1].shape[1] > _resize_kernel._UNROLLED_TAPS
+          and p[1].shape[0] <= _resize_kernel._UNROLLED_TAPS]
+  taps = [p for p in passes if not any(p is q for q in long)]
 
   def plain(a: jax.Array) -> jax.Array:
     for axis, idx, w in long:

@@ -182,11 +182,12 @@ def test_adaptive_avg_pool_to_size_one_matches_torch(nd, shape):
 
 @pytest.mark.parametrize("nd, shape, size", [(1, (2, 3, 301), 4), (2, (2, 3, 150, 9), (2, 4)),
                                              (2, (2, 2, 70, 130), (1, 3)),
-                                             (3, (1, 2, 5, 140, 6), (2, 1, 4))])
+                                             (3, (1, 2, 5, 140, 6), (2, 1, 4)),
+                                             (1, (1, 2, 6501), 65)])
 def test_uneven_adaptive_avg_pool_long_windows_match_torch(nd, shape, size):
   """Windows longer than the resize kernel unrolls (summed slice by slice, alone or with a
-  short axis' taps): values with +inf, -inf and NaN in some windows, float64 gradients, and
-  float32 values, against torch."""
+  short axis' taps; past 64 windows, the kernel's loop): values with +inf, -inf and NaN in
+  some windows, float64 gradients, and float32 values, against torch."""
   rng = np.random.default_rng(31 + nd)
   f, tf = getattr(F, f"adaptive_avg_pool{nd}d"), getattr(TF, f"adaptive_avg_pool{nd}d")
   x = rng.standard_normal(shape)
