@@ -276,3 +276,14 @@ def test_ort_spinning_command_at_tiny_sizes() -> None:
       "MaxPool 3x3 s2 p1", "MaxPool 3x3x3 s2 p1", "AveragePool 3x3 d2 p2",
       "GridSample bilinear zeros"]
   assert all(len(r.split(" | ")) == 6 for r in rows)
+
+
+def test_torch_survey_command_at_tiny_sizes() -> None:
+  # two cases only (every case at tiny sizes takes about 20 s of the suite's time)
+  proc = _run("-m", "benchmarks.torch_survey", "--tiny", "--threads", "1", "--only",
+              "adaptive_avg_pool2d")
+  assert proc.returncode == 0, proc.stderr
+  rows = proc.stdout.splitlines()[1:]
+  assert [r[:52].strip() for r in rows] == ["adaptive_avg_pool2d 64 -> 7",
+                                            "adaptive_avg_pool2d 64 -> 1"]
+  assert all(len(r.split(" = ")) == 3 for r in rows) and not any("differ" in r for r in rows)
