@@ -24,18 +24,21 @@ parameters).
 
 Device plan (CPU-tuned, measured against onnxruntime / torch / jax.image): each pass is one
 fused loop of K gathers (one ``take`` per tap column, all-zero columns skipped) and a weighted
-sum; past ``_UNROLLED_TAPS`` live columns, a loop over the columns instead. Between passes that both read more than one tap, the result is materialised behind a fusion
-barrier (a join along the minor dimension, see ``_materialized``); without it XLA fuses the passes
-and recomputes K1*K2 taps per element. ``apply_separable`` orders the passes (shrinking first,
-the minor axis, where gathers cannot vectorise, on the smallest array) and drops the barrier
-after the last pass. A pass along the minor axis whose table repeats with a short period
-(integer and rational upsampling, nearest and linear: ``Phases``; also align_corners
-upsampling, whose taps repeat with weights that change from block to block) is computed
-without gathers, as weighted sums of strided slices interleaved by a stack and a reshape
-(``_phase_sum``), which the resize benchmarks (``python -m benchmarks.run``) measure faster
-than the gather (align_corners 2x on 8x3x256x256: 4.0 ms against 9.5, glibc's heap kept). Under
-differentiation a two-pass linear upsampling whose gradient would otherwise keep more than
-glibc's mmap threshold of temporaries computes that pass with gathers instead (``_grad_plan``).
+sum; past ``_UNROLLED_TAPS`` live columns, a loop over the columns instead. Between passes that
+both read more than one tap, one of them more than two, the result is materialised behind a
+fusion barrier (a join along the minor dimension, see ``_materialized``); without it XLA fuses the
+passes and recomputes K1*K2 taps per element. Two linear passes (two taps each) fuse: four reads
+per output, as a direct bilinear interpolation makes. ``apply_separable`` orders the passes
+(shrinking first, the minor axis, where gathers cannot vectorise, on the smallest array) and
+drops the barrier after the last pass. A pass along the minor axis whose table repeats with a
+short period (integer and rational upsampling, nearest and linear: ``Phases``; also
+align_corners upsampling, whose taps repeat with weights that change from block to block) is
+computed without gathers, as weighted sums of strided slices interleaved by a stack and a
+reshape (``_phase_sum``; ``phase_plan`` says where), which the resize benchmarks
+(``python -m benchmarks.run``) measure faster than the gather (align_corners 2x on
+8x3x256x256: 4.0 ms against 9.5, glibc's heap kept). Under differentiation a two-pass linear
+upsampling whose gradient would otherwise keep more than glibc's mmap threshold of temporaries
+computes that pass with gathers instead (``_grad_plan``).
 
 Gathers index one axis at a time with per-axis indices (each below that axis' length); no flat
 index into the whole array is formed, so arrays past 2**31 elements index correctly.
@@ -149,6 +152,11 @@ def _phase_sum(x: jax.Array, t: Table, ph: Phases, barrier: bool) -> jax.Array:
   return lax.optimization_barrier(y) if barrier else y
 
 
+# A weighted pass along the minor axis whose period has more phases than the first number and a
+# stride longer than the second is computed with gathers, not phases (``_static_impl``).
+_PHASES_STRIDED = (3, 8)
+
+
 # ----------------------------------------------------------------------------------------------
 # Device plans (what the lowering emits).
 
@@ -258,21 +266,36 @@ def _materialized(x: jax.Array, axis: int, idx: np.ndarray, w: Any, barrier: boo
 _PLANS = ("phases", "gathers", "gathers under grad")
 
 
-def _static_impl(x: jax.Array, *, axis: int, table: Table, barrier: tuple[bool, bool],
-                 plan: str) -> jax.Array:
-  """The device computation of ``_taps_p`` (used for lowering and eager impl)."""
-  dtype = x.dtype
-  xc = x if table.copy else x.astype(compute_dtype(dtype))
-  ph = table.phases() if axis == x.ndim - 1 and plan != "gathers" else None
-  if ph is not None and table.copy and ((ph.a > 1 and ph.b > 1) or ph.fix
-                                        or _clamps(table, ph)):
+def phase_plan(table: Table, minor: bool, plan: str) -> Phases | None:
+  """The phases with which a pass computes ``table`` (``_phase_sum``), or None for gathers: only
+  along the minor axis, under ``plan`` "phases" or "gathers under grad", where the table is
+  periodic and its phases measured faster than its gathers."""
+  ph = table.phases() if minor and plan != "gathers" else None
+  if ph is None:
+    return None
+  if table.copy and ((ph.a > 1 and ph.b > 1) or ph.fix or _clamps(table, ph)):
     # A nearest pass at a ratio a/b with both above 1 (x1.5, x1.25, x0.75) would interleave a
     # strided slices of stride b, and one whose taps reach past an edge (half_pixel with
     # nearest_mode floor or ceil) would select the repeated edge in the same loop; their
     # gathers run 1.5-4 times faster (on 8x3x256x256, nearest x1.5: 1.8 ms against 5.3,
     # PyTorch 2.6; see the README). Tables that weigh their taps keep the phases (linear x1.5:
     # 4.3 ms against 9.2 with gathers).
-    ph = None
+    return None
+  if ph.a > _PHASES_STRIDED[0] and ph.b > _PHASES_STRIDED[1]:
+    # Downsampling by a ratio a/b of many phases and a long stride (7/15, 7/20): each phase's
+    # strided slices and their interleave cost more than the gathers (on 8x3x224 rows,
+    # 640 -> 224 0.45 ms against 0.68, 1024 -> 448 0.9 against 1.4; 256 -> 224, 7/8, 0.41
+    # against 0.43-0.52 the other way; docs/PERFORMANCE.md).
+    return None
+  return ph
+
+
+def _static_impl(x: jax.Array, *, axis: int, table: Table, barrier: tuple[bool, bool],
+                 plan: str) -> jax.Array:
+  """The device computation of ``_taps_p`` (used for lowering and eager impl)."""
+  dtype = x.dtype
+  xc = x if table.copy else x.astype(compute_dtype(dtype))
+  ph = phase_plan(table, axis == x.ndim - 1, plan)
   if ph is not None:
     y = _phase_sum(xc, table, ph, barrier[0])
   else:
@@ -537,18 +560,18 @@ def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]])
     axis, idx, w = passes[i]
     # A barrier after a pass pays one copy to save the next pass from recomputing this one's
     # taps for each of its own taps: worth it when both have more than one live tap, unless
-    # both are upsampling passes of at most two live taps (linear, nearest). Those fuse into
-    # one loop of at most four reads per output, where the copy would write a block larger
-    # than the input (trilinear 2x on 2x4x32x64x64: 22 ms against 49, temporaries 8 MiB
-    # against 32, the size at which glibc maps a call's block afresh).
+    # both have at most two (linear). Those fuse into one loop of at most four reads per
+    # output, as a direct bilinear interpolation reads: upsampling, where the copy would write
+    # a block larger than the input (trilinear 2x on 2x4x32x64x64: 22 ms against 49,
+    # temporaries 8 MiB against 32, the size at which glibc maps a call's block afresh), and
+    # downsampling, where the fused loop reads fewer elements than the two passes write and
+    # read (on 8x3 planes: 448 -> 224 0.35 ms against 1.2, 512 -> 384 2.6-3.2 against
+    # 4.2-4.5; docs/PERFORMANCE.md).
     k_this, kt_this = _live(x.shape[axis], idx, w)
     fwd = False
     if n < len(order) - 1:
-      nxt_axis, nxt_idx, nxt_w = passes[order[n + 1]]
-      k_next = _live(0, nxt_idx, nxt_w)[0]
-      fwd = k_this > 1 and k_next > 1 and not (
-          _cheap_upsampling(x.shape[axis], idx, k_this)
-          and _cheap_upsampling(x.shape[nxt_axis], nxt_idx, k_next))
+      k_next = _live(0, *passes[order[n + 1]][1:])[0]
+      fwd = k_this > 1 and k_next > 1 and max(k_this, k_next) > 2
     bwd = n > 0 and kt_this > 1 and _live(-1, *passes[order[n - 1]][1:])[1] > 1
     x = apply_taps(x, axis, idx, w, barrier=(bool(fwd), bool(bwd)), plan=plan)
   return x

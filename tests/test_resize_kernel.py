@@ -136,6 +136,72 @@ def test_periodic_tables_take_the_phase_path(a, b, k, fix):
                                _oracle(ct, 2, *_transposed(idx, w, n_in)), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("a,b", [(7, 20), (5, 9), (4, 11)])
+def test_periodic_tables_of_long_strides_take_the_gathers(a, b):
+  # Downsampling by a/b with more than 3 phases and a stride past 8 (640 -> 224 is 7/20):
+  # periodic, but computed with gathers, which measured faster there.
+  rng = np.random.default_rng(a * 100 + b)
+  n_in = 10 * b
+  idx, w = _periodic_table(rng, n_in, a, b, 2)
+  t = _taps_table.table(idx, w, n_in)
+  assert (t.phases().a, t.phases().b) == (a, b)
+  assert _resize_kernel.phase_plan(t, True, "phases") is None
+  # 256 -> 224 (7/8) keeps the phases
+  assert _resize_kernel.phase_plan(_periodic_table_of(rng, 7, 8), True, "phases") is not None
+  x = rng.standard_normal((3, 2, n_in))
+  want = _oracle(x, 2, idx, w)
+  for barrier in [(True, True), (False, False)]:
+    y = jax.jit(lambda x, bar=barrier: apply_taps(x, -1, idx, w, barrier=bar))(x)
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-12, atol=1e-12)
+  ct = rng.standard_normal(want.shape)
+  y, vjp = jax.vjp(lambda x: apply_taps(x, -1, idx, w), x)
+  np.testing.assert_allclose(np.asarray(vjp(ct)[0]), _oracle(ct, 2, *_transposed(idx, w, n_in)),
+                             rtol=1e-12, atol=1e-12)
+
+
+def _periodic_table_of(rng: np.random.Generator, a: int, b: int) -> _taps_table.Table:
+  idx, w = _periodic_table(rng, 10 * b, a, b, 2)
+  return _taps_table.table(idx, w, 10 * b)
+
+
+def _taps_oracle(x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray) -> np.ndarray:
+  """sum_k w[:, k] * x[idx[:, k]] along ``axis`` in float64, tap by tap (0 * inf = nan only at
+  a live tap, as the spec's formula reads)."""
+  x = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+  with np.errstate(invalid="ignore"):
+    y = sum(x[..., idx[:, k]] * w[:, k] for k in range(idx.shape[1]))
+  return np.moveaxis(y, -1, axis)
+
+
+@pytest.mark.parametrize("sizes", [((96, 160), (84, 56)), ((64, 64), (32, 40)),
+                                   ((48, 200), (96, 70))])
+def test_chained_linear_passes_keep_non_finite_values_local(sizes):
+  # Two linear passes (two live taps each) run as one fused loop, with no barrier between
+  # them, up or down (four reads per output): the values are the passes' in their order, and
+  # inf and NaN reach only the outputs that read them.
+  (h, w_in), (ho, wo) = sizes
+  rng = np.random.default_rng(h + wo)
+  x = rng.standard_normal((2, 3, h, w_in))
+  x[0, 1, h // 3, w_in // 2] = np.inf
+  x[1, 2, h // 2, w_in // 5] = -np.inf
+  x[1, 0, 5, 7] = np.nan
+  ih, wh = _resize_table(h, ho)
+  iw, ww = _resize_table(w_in, wo)
+  passes = [(2, ih, wh), (3, iw, ww)]
+  want = x
+  for i in pass_order(x.shape, passes):
+    want = _taps_oracle(want, *passes[i])
+  y = np.asarray(jax.jit(lambda v: apply_separable(v, passes))(x))
+  np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+  np.testing.assert_array_equal(np.isposinf(y), np.isposinf(want))
+  np.testing.assert_array_equal(np.isneginf(y), np.isneginf(want))
+  assert 0 < np.count_nonzero(~np.isfinite(want)) < 40
+  fin = np.isfinite(want)
+  np.testing.assert_allclose(y[fin], want[fin], rtol=1e-12, atol=1e-12)
+  y32 = np.asarray(jax.jit(lambda v: apply_separable(v, passes))(x.astype(np.float32)))
+  np.testing.assert_allclose(y32[fin], want[fin], rtol=2e-6, atol=2e-6)
+
+
 def test_gradient_of_a_chain_past_the_mmap_threshold():
   # Linear 2x on 8x3x256x256 float32 is the size where the chain's gradient computes its minor
   # pass with gathers ("gathers under grad": 24 MiB of temporaries instead of 36); its gradient
