@@ -61,6 +61,7 @@ CASES = (
     ResizeCase("cubic x2", (8, 3, 256, 256), 2.0, mode="cubic"),
     ResizeCase("nearest x2", (8, 3, 256, 256), 2.0, mode="nearest"),
     ResizeCase("linear 56->98 (sizes)", (4, 64, 56, 56), 1.75, use_sizes=True),
+    ResizeCase("linear 256->224 (sizes)", (8, 3, 256, 256), 0.875, use_sizes=True),
     ResizeCase("linear x0.25 antialias", (8, 3, 512, 512), 0.25, antialias=True),
     ResizeCase("cubic x0.25 antialias", (8, 3, 512, 512), 0.25, mode="cubic", antialias=True),
     ResizeCase("linear x2 uint8", (8, 3, 256, 256), 2.0, dtype="uint8", backward=False),

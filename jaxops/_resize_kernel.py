@@ -291,8 +291,9 @@ def phase_plan(table: Table, minor: bool, plan: str) -> Phases | None:
 
 
 def _static_impl(x: jax.Array, *, axis: int, table: Table, barrier: tuple[bool, bool],
-                 plan: str) -> jax.Array:
+                 plan: str, keep: bool) -> jax.Array:
   """The device computation of ``_taps_p`` (used for lowering and eager impl)."""
+  del keep  # (read by the JVP)
   dtype = x.dtype
   xc = x if table.copy else x.astype(compute_dtype(dtype))
   ph = phase_plan(table, axis == x.ndim - 1, plan)
@@ -316,28 +317,31 @@ def _out_aval(x: Any, axis: int, table: Table) -> jax.core.ShapedArray:
   return x.update(shape=tuple(shape), weak_type=False)
 
 
-_taps_p.def_abstract_eval(lambda x, *, axis, table, barrier, plan: _out_aval(x, axis, table))
+_taps_p.def_abstract_eval(lambda x, *, axis, table, barrier, plan, keep: _out_aval(x, axis,
+                                                                                    table))
 
 
 # The eager impl compiles the device computation itself (not a jit of the primitive, which
 # recursed without end under jax_disable_jit).
-_taps_p.def_impl(jax.jit(_static_impl, static_argnames=("axis", "table", "barrier", "plan")))
+_taps_p.def_impl(jax.jit(_static_impl,
+                         static_argnames=("axis", "table", "barrier", "plan", "keep")))
 mlir.register_lowering(_taps_p, mlir.lower_fun(_static_impl, multiple_results=False))
 
 
 def _taps_transpose(ct: jax.Array, x: Any, *, axis: int, table: Table,
-                    barrier: tuple[bool, bool], plan: str) -> list[jax.Array]:
+                    barrier: tuple[bool, bool], plan: str, keep: bool) -> list[jax.Array]:
   del x
-  return [_taps_p.bind(ct, axis=axis, table=table.transpose(), barrier=barrier[::-1], plan=plan)]
+  return [_taps_p.bind(ct, axis=axis, table=table.transpose(), barrier=barrier[::-1], plan=plan,
+                       keep=keep)]
 
 
 ad.deflinear2(_taps_p, _taps_transpose)
 
 
 def _taps_jvp(primals: tuple, tangents: tuple, *, axis: int, table: Table,
-              barrier: tuple[bool, bool], plan: str) -> tuple[jax.Array, Any]:
-  """Linear JVP; under differentiation the primal result is materialised (unless a pure copy
-  or a small upsampling pass, see below).
+              barrier: tuple[bool, bool], plan: str, keep: bool) -> tuple[jax.Array, Any]:
+  """Linear JVP; under differentiation the primal result is materialised (unless a pure copy,
+  a small upsampling pass or ``keep`` is False, see below).
 
   The backward pass reads the forward result (e.g. the ``2 * y`` of a squared loss), so keeping
   it behind a fusion barrier stops XLA from recomputing it inside the first transposed pass.
@@ -349,26 +353,27 @@ def _taps_jvp(primals: tuple, tangents: tuple, *, axis: int, table: Table,
     # behind a barrier. Each barrier keeps one more output-sized block alive per call, and on
     # glibc's default allocator a call's temporaries past its mmap threshold are mapped and
     # faulted in afresh on every call (benchmarks/RESULTS.md counts both).
-    barrier, keep = (False, False), False
+    barrier, kept = (False, False), False
   else:
-    keep = table.live_taps > 1 or barrier[0]  # pure copies are as cheap to recompute as to read
+    # pure copies are as cheap to recompute as to read; ``keep=False``: see ``apply_separable``
+    kept = keep and (table.live_taps > 1 or barrier[0])
   if plan == "gathers under grad":
     plan = "gathers"
-  y = _taps_p.bind(x, axis=axis, table=table, barrier=(keep, barrier[1]), plan=plan)
+  y = _taps_p.bind(x, axis=axis, table=table, barrier=(kept, barrier[1]), plan=plan, keep=keep)
   if type(t) is ad.Zero:
     return y, ad.Zero(t.aval.update(shape=y.shape))
   return y, _taps_p.bind(ad.instantiate_zeros(t), axis=axis, table=table, barrier=barrier,
-                         plan=plan)
+                         plan=plan, keep=keep)
 
 
 ad.primitive_jvps[_taps_p] = _taps_jvp
 
 
 def _taps_batch(args: tuple, dims: tuple, *, axis: int, table: Table,
-                barrier: tuple[bool, bool], plan: str) -> tuple[jax.Array, int]:
+                barrier: tuple[bool, bool], plan: str, keep: bool) -> tuple[jax.Array, int]:
   (x,), (bd,) = args, dims
   new_axis = axis + 1 if bd <= axis else axis
-  return _taps_p.bind(x, axis=new_axis, table=table, barrier=barrier, plan=plan), bd
+  return _taps_p.bind(x, axis=new_axis, table=table, barrier=barrier, plan=plan, keep=keep), bd
 
 
 batching.primitive_batchers[_taps_p] = _taps_batch
@@ -379,7 +384,8 @@ batching.primitive_batchers[_taps_p] = _taps_batch
 
 
 def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
-               barrier: tuple[bool, bool] | None = None, plan: str = "phases") -> jax.Array:
+               barrier: tuple[bool, bool] | None = None, plan: str = "phases",
+               keep: bool = True) -> jax.Array:
   """Resample ``x`` along ``axis`` with static tap indices and static weights.
 
   Computes ``y[..., j, ...] = sum_k weights[j, k] * x[..., idx[j, k], ...]``. Differentiable in
@@ -399,6 +405,9 @@ def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
     plan: "phases" (a periodic table along the minor axis is computed as strided slices
       interleaved, ``_phase_sum``), "gathers" (never) or "gathers under grad" (phases until
       differentiated).
+    keep: whether under differentiation the result may be materialised behind a fusion barrier
+      for the backward pass to read (where it has more than one live tap and is not a small
+      upsampling); False recomputes it where it is read.
 
   Returns:
     An array like ``x`` with ``out`` elements along ``axis``, of ``x``'s dtype. float16 and
@@ -447,7 +456,7 @@ def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
     raise type_error(
         _OP, "x", x, "a floating array unless the taps are pure copies (K == 1, weights 1); "
         "cast integer inputs to a float type before linear/cubic taps")
-  return _taps_p.bind(x, axis=axis, table=table, barrier=barrier, plan=plan)
+  return _taps_p.bind(x, axis=axis, table=table, barrier=barrier, plan=plan, keep=bool(keep))
 
 
 def _pass_cost(shape: tuple[int, ...], axis: int, idx: np.ndarray, weights: Any) -> float:
@@ -556,6 +565,7 @@ def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]])
   normal = [(a, np.asarray(idx), w) for a, (_, idx, w) in zip(axes, passes)]
   order = pass_order(x.shape, normal)
   plan = _grad_plan(x.shape, x.dtype, normal, order)
+  keep = _keeps(x.shape, normal, plan)
   for n, i in enumerate(order):
     axis, idx, w = passes[i]
     # A barrier after a pass pays one copy to save the next pass from recomputing this one's
@@ -573,5 +583,30 @@ def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]])
       k_next = _live(0, *passes[order[n + 1]][1:])[0]
       fwd = k_this > 1 and k_next > 1 and max(k_this, k_next) > 2
     bwd = n > 0 and kt_this > 1 and _live(-1, *passes[order[n - 1]][1:])[1] > 1
-    x = apply_taps(x, axis, idx, w, barrier=(bool(fwd), bool(bwd)), plan=plan)
+    x = apply_taps(x, axis, idx, w, barrier=(bool(fwd), bool(bwd)), plan=plan, keep=keep)
   return x
+
+
+def _keeps(shape: tuple[int, ...], passes: Sequence[tuple[int, np.ndarray, Any]],
+           plan: str) -> bool:
+  """The ``keep`` of a chain's passes: False (each result recomputed where the backward pass
+  reads it) for one or two passes of at most two live taps each (linear), where a pass along
+  the minor axis, if any, takes the phases under differentiation. There, the forward passes
+  fuse into the loops of the backward pass that read them (the gradient of sum(y ** 2), in one
+  process, two runs: 8x3x448x448 -> 224x224 0.45-0.54 of the time with the results kept,
+  8x3x256x256 -> 128x128 0.60-0.81, 8x3x512x512 -> 384x384 0.83-0.84, 8x3x256x256 -> 224x256
+  0.32-0.45; 256 -> 224 and 300 -> 200 0.95-1.10, noise); with gathers along
+  the minor axis, recomputing them inside the transposed gathers is slower (256 -> 100 1.8 ms
+  against 1.4, 480x640 -> 224 8.7-9.2 against 3.5-4.2), and so is a chain of three passes
+  (2x4x32x64x64 -> 16x32x32 1.38, -> 24x48x48 1.20; docs/PERFORMANCE.md)."""
+  if len(passes) > 2:
+    return True
+  grad_plan = "gathers" if plan == "gathers under grad" else plan
+  for axis, idx, w in passes:
+    live = int(np.count_nonzero(np.any(np.asarray(w) != 0, axis=0)))
+    if live > 2:
+      return True
+    if axis == len(shape) - 1 and phase_plan(
+        _taps_table.table(idx, np.asarray(w, np.float64), shape[axis]), True, grad_plan) is None:
+      return True
+  return False

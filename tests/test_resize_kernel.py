@@ -391,6 +391,32 @@ def test_check_grads_separable_chain():
                              rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("sizes", [((48, 64), (24, 56)), ((40, 60), (30, 25)), ((96, 64), (40, 24))])
+def test_gradient_of_linear_downsampling_recomputed_or_kept(sizes):
+  # Two linear downsampling passes whose minor-axis pass takes the phases recompute their
+  # results inside the backward pass (keep=False: 56/64 is 7/8, 24/64 3/8); with gathers there
+  # (25/60 is 5/12) they are kept. Either way the gradient is the transposed matrices', to
+  # second order.
+  (h, w_in), (ho, wo) = sizes
+  rng = np.random.default_rng(h * w_in)
+  x = rng.standard_normal((2, 3, h, w_in))
+  i1, w1 = _resize_table(h, ho)
+  i2, w2 = _resize_table(w_in, wo)
+  passes = [(2, i1, w1), (3, i2, w2)]
+  normal = [(a, np.asarray(i), w) for a, i, w in passes]
+  phases = _resize_kernel.phase_plan(_taps_table.table(i2, w2, w_in), True, "phases")
+  assert (phases is None) == (wo == 25)
+  assert _resize_kernel._keeps(x.shape, normal, "phases") == (phases is None)
+  assert not _resize_kernel._keeps(x.shape, normal[:1], "phases")
+  f = jax.jit(lambda x: apply_separable(x, passes))
+  check_grads(f, (x,), order=2, modes=["fwd", "rev"])
+  g = jax.grad(lambda x: jnp.sum(f(x) ** 2))(jnp.asarray(x))
+  m1, m2 = _dense(i1, w1, h), _dense(i2, w2, w_in)
+  y = np.einsum("ji,ncik,lk->ncjl", m1, x, m2)
+  np.testing.assert_allclose(np.asarray(g), np.einsum("ji,ncjl,lk->ncik", m1, 2 * y, m2),
+                             rtol=1e-12, atol=1e-12)
+
+
 def test_vmap_over_x():
   rng = np.random.default_rng(4)
   xs = rng.standard_normal((3, 6, 6))
