@@ -43,6 +43,7 @@ def _cases(tiny: bool) -> list[tuple[str, np.ndarray, Callable[[Any, Any, Any], 
   x4 = arr(8 // s, 32 // s, 64 // s, 64 // s)
   x5 = arr(2, 16 // s, 16 // s, 32 // s, 32 // s)
   x3 = arr(8 // s, 64 // s, 1024 // s)
+  rgb = arr(8 // s, 3, 256 // s, 256 // s)
   grid = rng.uniform(-1.1, 1.1, (8 // s, 64 // s, 64 // s, 2)).astype(np.float32)
   theta = (np.eye(2, 3)[None] + 0.1 * rng.standard_normal((8 // s, 2, 3))).astype(np.float32)
   size5 = (2, 16 // s, 16 // s, 32 // s, 32 // s)
@@ -56,6 +57,12 @@ def _cases(tiny: bool) -> list[tuple[str, np.ndarray, Callable[[Any, Any, Any], 
           x, scale_factor=0.37, mode="bilinear", antialias=True)),
       ("interpolate bilinear 64 -> 17", x4, lambda F, x, a: F.interpolate(
           x, size=(17 // s + 1, 17 // s + 1), mode="bilinear")),
+      ("interpolate bilinear 256 -> 224 (8x3)", rgb, lambda F, x, a: F.interpolate(
+          x, size=(224 // s, 224 // s), mode="bilinear")),
+      ("interpolate bilinear 256 -> 100 (8x3)", rgb, lambda F, x, a: F.interpolate(
+          x, size=(100 // s, 100 // s), mode="bilinear")),
+      ("interpolate bicubic 64 -> 40", x4, lambda F, x, a: F.interpolate(
+          x, size=(40 // s, 40 // s), mode="bicubic")),
       ("interpolate nearest x2", x4, lambda F, x, a: F.interpolate(x, scale_factor=2)),
       ("interpolate nearest-exact to 48", x4, lambda F, x, a: F.interpolate(
           x, size=(48 // s, 48 // s), mode="nearest-exact")),

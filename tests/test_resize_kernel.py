@@ -69,7 +69,7 @@ def test_random_tables_match_dense_oracle(seed):
 @pytest.mark.parametrize("axis", [-1, 0, 1, 2])
 @pytest.mark.parametrize("n_out", [257, 301])
 def test_large_arrays_take_the_barrier_path(axis, n_out):
-  # Big enough (>= 1 MiB out, minor >= 16) for the concatenation barrier; odd and even lengths.
+  # Passes joined behind the concatenation barrier, and without it; odd and even lengths.
   rng = np.random.default_rng(7)
   x = rng.standard_normal((3, 40, 260)).astype(np.float32)
   if axis == 0:
