@@ -151,6 +151,8 @@ HEADLINE = (
     ("Resize nearest 2x", "Resize nearest x2 fwd", "Resize nearest x2 bwd"),
     ("Resize linear 56->98, 4x64x56x56", "Resize linear 56->98 (sizes) fwd",
      "Resize linear 56->98 (sizes) bwd"),
+    ("Resize linear 256->224, 8x3x256x256", "Resize linear 256->224 (sizes) fwd",
+     "Resize linear 256->224 (sizes) bwd"),
     ("Resize linear antialias 1/4x, 8x3x512x512", "Resize linear x0.25 antialias fwd",
      "Resize linear x0.25 antialias bwd"),
     ("Resize cubic antialias 1/4x", "Resize cubic x0.25 antialias fwd",
