@@ -153,7 +153,7 @@ def _phase_sum(x: jax.Array, t: Table, ph: Phases, barrier: bool) -> jax.Array:
 
 
 # A weighted pass along the minor axis whose period has more phases than the first number and a
-# stride longer than the second is computed with gathers, not phases (``_static_impl``).
+# stride longer than the second is computed with gathers, not phases (``phase_plan``).
 _PHASES_STRIDED = (3, 8)
 
 
@@ -579,8 +579,8 @@ def apply_separable(x: jax.Array, passes: Sequence[tuple[int, np.ndarray, Any]])
     # a block larger than the input (trilinear 2x on 2x4x32x64x64: 22 ms against 49,
     # temporaries 8 MiB against 32, the size at which glibc maps a call's block afresh), and
     # downsampling, where the fused loop reads fewer elements than the two passes write and
-    # read (on 8x3 planes: 448 -> 224 0.35 ms against 1.2, 512 -> 384 2.6-3.2 against
-    # 4.2-4.5; docs/PERFORMANCE.md).
+    # read (on 8x3 planes: 448 -> 224 0.29-0.47 ms against 1.06-1.72, 512 -> 384 2.8-3.5
+    # against 4.1-7.1; docs/PERFORMANCE.md).
     k_this, kt_this = _live(x.shape[axis], idx, w)
     fwd = False
     if n < len(order) - 1:
@@ -599,10 +599,10 @@ def _keeps(shape: tuple[int, ...], passes: Sequence[tuple[int, np.ndarray, Any]]
   fuse into the loops of the backward pass that read them (the gradient of sum(y ** 2), in one
   process, two runs: 8x3x448x448 -> 224x224 0.45-0.54 of the time with the results kept,
   8x3x256x256 -> 128x128 0.60-0.81, 8x3x512x512 -> 384x384 0.83-0.84, 8x3x256x256 -> 224x256
-  0.32-0.45; 256 -> 224 and 300 -> 200 0.95-1.10, noise); with gathers along
-  the minor axis, recomputing them inside the transposed gathers is slower (256 -> 100 1.8 ms
-  against 1.4, 480x640 -> 224 8.7-9.2 against 3.5-4.2), and so is a chain of three passes
-  (2x4x32x64x64 -> 16x32x32 1.38, -> 24x48x48 1.20; docs/PERFORMANCE.md)."""
+  0.32-0.45; 256 -> 224 and 300 -> 200 0.95-1.10, noise); with gathers along the minor axis,
+  recomputing them inside the transposed gathers is slower (256 -> 100 1.8 ms against 1.4,
+  480x640 -> 224 8.7-9.2 against 3.5-4.2), and so is a chain of three passes (2x4x32x64x64 ->
+  16x32x32 1.38, -> 24x48x48 1.20; docs/PERFORMANCE.md)."""
   if len(passes) > 2:
     return True
   grad_plan = "gathers" if plan == "gathers under grad" else plan

@@ -391,7 +391,8 @@ def test_check_grads_separable_chain():
                              rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("sizes", [((48, 64), (24, 56)), ((40, 60), (30, 25)), ((96, 64), (40, 24))])
+@pytest.mark.parametrize("sizes", [((48, 64), (24, 56)), ((40, 60), (30, 25)),
+                                   ((96, 64), (40, 24))])
 def test_gradient_of_linear_downsampling_recomputed_or_kept(sizes):
   # Two linear downsampling passes whose minor-axis pass takes the phases recompute their
   # results inside the backward pass (keep=False: 56/64 is 7/8, 24/64 3/8); with gathers there
