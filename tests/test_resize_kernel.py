@@ -121,15 +121,22 @@ def test_periodic_tables_take_the_phase_path(a, b, k, fix):
     w[rows] = rng.standard_normal((a, k))
   ph = _taps_table.table(idx, w, n_in).phases()
   assert ph is not None and (ph.a, ph.b) == (a, b) and len(ph.fix) == len(fix)
+  # The transpose (a gather over the inverse table) is still the transposed matrix, with the
+  # phase plan and with gathers (under differentiation or always).
+  _check_minor_pass(rng, idx, w, n_in, ["phases", "gathers", "gathers under grad"])
+
+
+def _check_minor_pass(rng: np.random.Generator, idx: np.ndarray, w: np.ndarray, n_in: int,
+                      plans: list[str]) -> None:
+  """A minor-axis pass of ``idx`` and ``w`` on a random (3, 2, n_in) input, with and without
+  barriers, and its VJP under each of ``plans``, against the dense matrix and its transpose."""
   x = rng.standard_normal((3, 2, n_in))
   want = _oracle(x, 2, idx, w)
   for barrier in [(True, True), (False, False)]:
     y = jax.jit(lambda x, bar=barrier: apply_taps(x, -1, idx, w, barrier=bar))(x)
     np.testing.assert_allclose(np.asarray(y), want, rtol=1e-12, atol=1e-12)
-  # The transpose (a gather over the inverse table) is still the transposed matrix, with the
-  # phase plan and with gathers (under differentiation or always).
   ct = rng.standard_normal(want.shape)
-  for plan in ["phases", "gathers", "gathers under grad"]:
+  for plan in plans:
     y, vjp = jax.vjp(lambda x, p=plan: apply_taps(x, -1, idx, w, plan=p), x)
     np.testing.assert_allclose(np.asarray(y), want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(np.asarray(vjp(ct)[0]),
@@ -148,15 +155,7 @@ def test_periodic_tables_of_long_strides_take_the_gathers(a, b):
   assert _resize_kernel.phase_plan(t, True, "phases") is None
   # 256 -> 224 (7/8) keeps the phases
   assert _resize_kernel.phase_plan(_periodic_table_of(rng, 7, 8), True, "phases") is not None
-  x = rng.standard_normal((3, 2, n_in))
-  want = _oracle(x, 2, idx, w)
-  for barrier in [(True, True), (False, False)]:
-    y = jax.jit(lambda x, bar=barrier: apply_taps(x, -1, idx, w, barrier=bar))(x)
-    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-12, atol=1e-12)
-  ct = rng.standard_normal(want.shape)
-  y, vjp = jax.vjp(lambda x: apply_taps(x, -1, idx, w), x)
-  np.testing.assert_allclose(np.asarray(vjp(ct)[0]), _oracle(ct, 2, *_transposed(idx, w, n_in)),
-                             rtol=1e-12, atol=1e-12)
+  _check_minor_pass(rng, idx, w, n_in, ["phases"])
 
 
 def _periodic_table_of(rng: np.random.Generator, a: int, b: int) -> _taps_table.Table:
