@@ -933,7 +933,7 @@ def _unpool_select_jvp(plan: _UnpoolPlan, primals: tuple[Any, ...],
   target = lax.cond(
       ok, lambda i: jnp.where((i >= 0) & (i < size), i, size).reshape(-1).astype(_index_dtype()),
       lambda i: _unpool_targets(i, plan), indices)
-  return _unpool_select(x, indices, plan), _scatter_add(tangents[0], target, plan)
+  return _unpool_select(x, indices, plan), scatter_add(tangents[0], target, plan.default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1108,9 +1108,9 @@ def _unpool_scatter(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.
   return _take_last(x, last[:size]).reshape(plan.default)
 
 
-def _scatter_add(t: jax.Array, target: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  """``t`` added at ``target`` (positions no two share, or ``size``, past the output: dropped):
-  ``_unpool_scatter``'s values but the sign of zeros, and its transpose is a gather."""
-  size = math.prod(plan.default)
-  y = jnp.zeros((size,), t.dtype).at[target].add(t.reshape(-1), mode="drop")
-  return y.reshape(plan.default)
+def scatter_add(t: jax.Array, target: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+  """``t`` added at the flat positions ``target`` of an output of ``shape`` (positions no two
+  share, or its size, past the output: dropped): ``_unpool_scatter``'s values but the sign of
+  zeros, and its transpose is a gather. Also ``jaxops.torch.max_unpool{1,2,3}d``'s tangent."""
+  y = jnp.zeros((math.prod(shape),), t.dtype).at[target].add(t.reshape(-1), mode="drop")
+  return y.reshape(shape)

@@ -607,10 +607,8 @@ def _keeps(shape: tuple[int, ...], passes: Sequence[tuple[int, np.ndarray, Any]]
     return True
   grad_plan = "gathers" if plan == "gathers under grad" else plan
   for axis, idx, w in passes:
-    live = int(np.count_nonzero(np.any(np.asarray(w) != 0, axis=0)))
-    if live > 2:
-      return True
-    if axis == len(shape) - 1 and phase_plan(
-        _taps_table.table(idx, np.asarray(w, np.float64), shape[axis]), True, grad_plan) is None:
+    table = _taps_table.table(idx, np.asarray(w, np.float64), shape[axis])
+    if table.live_taps > 2 or (axis == len(shape) - 1
+                               and phase_plan(table, True, grad_plan) is None):
       return True
   return False

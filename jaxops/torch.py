@@ -601,8 +601,9 @@ def _adaptive_uneven_impl(x: jax.Array, *, cfg: _Adaptive, partitioned: bool = F
   # takes one tap per step: 1024 -> 7 took 1.4 ms against PyTorch's 0.09), up to
   # _resize_kernel._UNROLLED_TAPS windows (a reduction each: 1000 took 16 s to compile)
   limit = _resize_kernel._UNROLLED_TAPS
-  long = [p for p in passes if p[1].shape[1] > limit >= p[1].shape[0]]
-  taps = [p for p in passes if not p[1].shape[1] > limit >= p[1].shape[0]]
+  is_long = [idx.shape[1] > limit >= idx.shape[0] for _, idx, _ in passes]
+  long = [p for p, k in zip(passes, is_long) if k]
+  taps = [p for p, k in zip(passes, is_long) if not k]
 
   def plain(a: jax.Array) -> jax.Array:
     for axis, idx, w in long:
@@ -1782,8 +1783,7 @@ def _unpool_windows_jvp(cfg: _Unpool, primals: tuple[Any, ...],
   # they were written and copied out: the backward pass 1.6 times the operator's).
   target = lax.cond(_unpool_is_local(indices, cfg), lambda i: _unpool_flat(i, cfg)[0], rest,
                     indices)
-  t = jnp.zeros((size,), tangents[0].dtype).at[target].add(tangents[0].reshape(-1), mode="drop")
-  return _unpool_windows(x, indices, cfg), t.reshape(cfg.out)
+  return _unpool_windows(x, indices, cfg), _max_pool_op.scatter_add(tangents[0], target, cfg.out)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
