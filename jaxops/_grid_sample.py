@@ -851,34 +851,61 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
                           x_aval: Any) -> jax.Array:
   """The transpose of ``_block_rows`` (the input's gradient) at the cotangent ``ctm``
   (N, M, C): one loop over the chunks of points that adds each chunk's block cotangents into
-  an accumulator of zeros."""
+  accumulators of zeros, one per group of images (``_image_groups``)."""
   n, c, *spatial = x_aval.shape
   lay = _block_layout(tuple(x_aval.shape), g.shape[1], cfg, cdt)
+  groups = _image_groups(n)
+  rest = lay.xm_shape[1:]
   # (x_aval's varying mesh axes kept, in shard_map)
-  xm_aval = x_aval.update(shape=lay.xm_shape, dtype=cdt, weak_type=False)
+  xm_aval = x_aval.update(shape=(n // groups,) + rest, dtype=cdt, weak_type=False)
   # chunk-major, as ``_block_rows``' map stacks them, and through the conditional of
-  # ``_then_zeros``, which the accumulator's zeros come from: XLA then keeps the cotangent in the
-  # samples' layout in the output's block and makes its chunk-major copy in the conditional,
-  # and starts the accumulator only after both (25 MiB of temporaries on the benchmark's
-  # bilinear backward, against 33 with the zeros from a conditional after the copy and 39
-  # with the zeros from the grid's conditional)
+  # ``_then_zeros``, which the accumulators' zeros come from: XLA then keeps the cotangent in
+  # the samples' layout in the output's block and makes its chunk-major copy in the
+  # conditional, and starts the accumulators only after both (25 MiB of temporaries on the
+  # benchmark's bilinear backward, against 33 with the zeros from a conditional after the copy
+  # and 39 with the zeros from the grid's conditional)
   gs, cs = (_chunked_points(a, lay).transpose(1, 0, 2, 3) for a in (g, ctm))   # (T, N, Mc, ...)
   cs, zeros = jax.lax.platform_dependent(cs, cpu=functools.partial(_then_zeros, cdt),
                                          default=lambda a: (a, _checks.zeros_like_type(
                                              jax.typeof(a), (n,), cdt)))
-  acc = jnp.broadcast_to(zeros.reshape((n,) + (1,) * (len(lay.xm_shape) - 1)), lay.xm_shape)
+  zeros = zeros.reshape(n // groups, groups)
+  accs = tuple(jnp.broadcast_to(zeros[:, j].reshape((n // groups,) + (1,) * len(rest)),
+                                xm_aval.shape) for j in range(groups))
 
-  def body(i: jax.Array, acc: jax.Array) -> jax.Array:
-    gc = jax.lax.dynamic_index_in_dim(gs, i, keepdims=False)
-    cc = jax.lax.dynamic_index_in_dim(cs, i, keepdims=False)
-    chunk = functools.partial(_block_chunk, g=gc, cfg=cfg, spatial=tuple(spatial), k=lay.k,
-                              p=lay.p, c=c)
-    return acc + jax.linear_transpose(chunk, xm_aval)(cc)[0]
+  def body(i: jax.Array, accs: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    gc, cc = (jax.lax.dynamic_index_in_dim(a, i, keepdims=False) for a in (gs, cs))
+    gc, cc = (a.reshape((n // groups, groups) + a.shape[1:]) for a in (gc, cc))
+    out = []
+    for j, acc in enumerate(accs):
+      chunk = functools.partial(_block_chunk, g=gc[:, j], cfg=cfg, spatial=tuple(spatial),
+                                k=lay.k, p=lay.p, c=c)
+      out.append(acc + jax.linear_transpose(chunk, xm_aval)(cc[:, j])[0])
+    return tuple(out)
 
   if lay.chunks:  # no points: nothing to add
-    acc = jax.lax.fori_loop(0, lay.chunks, body, acc)
+    accs = jax.lax.fori_loop(0, lay.chunks, body, accs)
+  acc = jnp.stack(accs, axis=1).reshape(lay.xm_shape)
   return jax.linear_transpose(lambda a: _block_input(a, cfg, cdt, lay),
                               x_aval.update(weak_type=False))(acc)[0]
+
+
+# Groups of images whose block cotangents ``_block_rows_transpose`` adds into accumulators of
+# their own. XLA's CPU runtime runs a program's (and a loop body's) independent operations on
+# both cores only when it has more than 8 of them (below that it runs them one after another,
+# ``ThunkExecutor``'s ``execute_sequential_num_thunks_threshold``): one group's scatter-add
+# into one accumulator keeps a loop body under it, on one core, where two groups' scatters run
+# side by side. Gradient of sum(y ** 2) in x and grid on 8x32x128x128, one process
+# interleaved: bilinear 0.82-0.86 of one accumulator's time, bicubic border 0.84
+# (docs/PERFORMANCE.md).
+_GROUPS = 2
+
+
+def _image_groups(n: int) -> int:
+  """How many accumulators ``_block_rows_transpose`` adds into: ``_GROUPS`` where they divide
+  the N images, else 1. Image i is in group i % groups, so that each group of a batch-sharded
+  input is sharded as the input is (its images are spread over the devices alike) and needs
+  no collective."""
+  return _GROUPS if n % _GROUPS == 0 else 1
 
 
 _tangent_p.def_impl(_tangent_impl)
