@@ -683,6 +683,41 @@ def test_input_only_and_joint_gradients_equal_torch_autograd(mode, tmode, paddin
   np.testing.assert_allclose(np.asarray(dg), tg.grad.numpy(), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("mode, tmode, padding_mode", [("linear", "bilinear", "zeros"),
+                                                       ("linear", "bilinear", "reflection"),
+                                                       ("cubic", "bicubic", "border")])
+@pytest.mark.parametrize("images", [3, 4])
+@pytest.mark.parametrize("mapped", ["inputs", "grids"])
+def test_vmap_of_the_input_only_gradient_equals_torch(mode, tmode, padding_mode, images, mapped):
+  """The gradient in the input alone (the grid a constant: its own primitive, whose transpose
+  adds the chunks' block cotangents into one accumulator per group of images) under vmap,
+  over inputs with one grid or over grids with one input, equals torch autograd. An even
+  batch takes two groups, an odd one a single accumulator; 40x40 points take several chunks,
+  and the grid's NaN point a zero gradient (torch's oracle reads a finite point there with a
+  zero cotangent: torch's own backward crashes on a NaN coordinate with reflection padding)."""
+  rng = np.random.default_rng(23 + images)
+  xs = rng.standard_normal((3, images, 8, 7, 9))
+  grids = rng.uniform(-1.2, 1.2, (3, images, 40, 40, 2))
+  grids[:, 0, 3, 5, 1] = np.nan
+  cts = rng.standard_normal((3, images, 8, 40, 40))
+
+  def vjp(a, b, c):
+    return jax.vjp(lambda u: jaxops.grid_sample(u, b, mode=mode, padding_mode=padding_mode),
+                   a)[1](c)[0]
+
+  axes = (0, None, 0) if mapped == "inputs" else (None, 0, 0)
+  dx = jax.jit(jax.vmap(vjp, in_axes=axes))(xs if mapped == "inputs" else xs[0],
+                                            grids[0] if mapped == "inputs" else grids, cts)
+  finite, cts_finite = np.nan_to_num(grids), cts.copy()
+  cts_finite[:, 0, :, 3, 5] = 0
+  for i in range(3):
+    tx = torch.tensor(xs[i if mapped == "inputs" else 0], requires_grad=True)
+    tg = torch.tensor(finite[0 if mapped == "inputs" else i])
+    torch.nn.functional.grid_sample(tx, tg, mode=tmode, padding_mode=padding_mode,
+                                    align_corners=False).backward(torch.tensor(cts_finite[i]))
+    np.testing.assert_allclose(np.asarray(dx[i]), tx.grad.numpy(), rtol=1e-10, atol=1e-11)
+
+
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("large", [False, True])
 def test_grid_only_3d_gradients_equal_torch_autograd(padding_mode, large):
