@@ -795,7 +795,19 @@ def _tangent_impl(tx: jax.Array, coef: jax.Array, xt: jax.Array, flat: jax.Array
 
 def _tangent_abstract(tx: Any, coef: Any, xt: Any, flat: Any, g: Any, *, cfg: _Config,
                       cdt: Any) -> Any:
-  return coef.update(shape=(tx.shape[0], tx.shape[1], g.shape[1]), dtype=cdt)
+  return _varying_aval((tx, coef), (tx.shape[0], tx.shape[1], g.shape[1]), cdt)
+
+
+def _varying_aval(avals: tuple[Any, ...], shape: tuple[int, ...], dtype: Any) -> Any:
+  """The aval of a tangent computed from ``avals``, of ``shape`` and ``dtype``: in
+  ``shard_map``, the one of them that varies over the most manual mesh axes (the input's
+  tangent varies over the images where a grid shared by every image does not; the
+  impl's operations vary over the union, which is that one's axes where one's include the
+  others')."""
+  def varying(a: Any) -> int:
+    return len(getattr(getattr(a, "mat", None), "varying", ()))
+
+  return max(avals, key=varying).update(shape=shape, dtype=dtype, weak_type=False)
 
 
 def _tangent_jvp(primals: Any, tangents: Any, *, cfg: _Config, cdt: Any) -> Any:
@@ -896,7 +908,7 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
 # ``ThunkExecutor``'s ``execute_sequential_num_thunks_threshold``): one group's scatter-add
 # into one accumulator keeps a loop body under it, on one core, where two groups' scatters run
 # side by side. Gradient of sum(y ** 2) in x and grid on 8x32x128x128, one process
-# interleaved: bilinear 0.82-0.86 of one accumulator's time, bicubic border 0.84
+# interleaved: bilinear 0.84-0.90 of one accumulator's time, bicubic border 0.94
 # (docs/PERFORMANCE.md).
 _GROUPS = 2
 
@@ -938,7 +950,7 @@ batching.primitive_batchers[_tangent_p] = _batch_rule(_tangent_p)
 # ``_block_rows_transpose``, the chunks' loop into accumulators per group of images, where JAX's
 # own transpose of ``_block_rows``' rematerialised ``lax.map`` scans the chunks into one
 # accumulator: gradient of sum(y ** 2) in x on the benchmark's 8x32x128x128 bilinear zeros,
-# one process interleaved, 0.45-0.55 of that scan's time (docs/PERFORMANCE.md).
+# one process interleaved, 0.53-0.80 of that scan's time (docs/PERFORMANCE.md).
 
 _input_tangent_p = Primitive("jaxops_grid_sample_input_tangent")
 
@@ -950,7 +962,7 @@ def _input_tangent_impl(tx: jax.Array, g: jax.Array, *, cfg: _Config, cdt: Any) 
 
 
 def _input_tangent_abstract(tx: Any, g: Any, *, cfg: _Config, cdt: Any) -> Any:
-  return g.update(shape=(tx.shape[0], tx.shape[1], g.shape[1]), dtype=cdt)
+  return _varying_aval((tx, g), (tx.shape[0], tx.shape[1], g.shape[1]), cdt)
 
 
 def _input_tangent_jvp(primals: Any, tangents: Any, *, cfg: _Config, cdt: Any) -> Any:

@@ -319,14 +319,25 @@ def _shard_map_worker() -> None:
       "grid_sample cubic reflection": (lambda a, b: jaxops.grid_sample(
           a, b, mode="cubic", padding_mode="reflection"), (x, g)),
       "grid_sample 3-D": (jaxops.grid_sample, (x5, g5)),
+      # the gradient in x alone (its own primitive), with a sharded grid and a replicated one
+      "grid_sample x alone": (jaxops.grid_sample, (x, g), (0,)),
+      "grid_sample x alone, one grid": (lambda a: jaxops.grid_sample(a, jnp.broadcast_to(
+          jnp.asarray(g[:1]), (a.shape[0],) + g.shape[1:])), (x,)),
+      "grid_sample cubic border x alone": (lambda a, b: jaxops.grid_sample(
+          a, b, mode="cubic", padding_mode="border"), (x, g), (0,)),
+      # one grid for every image, replicated over the devices and differentiated: the joint
+      # tangent varies over the images as x does
+      "grid_sample x and one grid": (lambda a, b: jaxops.grid_sample(a, jnp.broadcast_to(
+          b, (a.shape[0],) + b.shape[1:])), (x, g[:1]), (0, 1), (P("b"), P())),
       "spatial transformer": (lambda a, t: jaxops.grid_sample(a, jaxops.affine_grid(
           t + 0.1 * a[:, 0, 0, :3][:, None, :], a.shape)),
                               (x, rng.standard_normal((8, 2, 3)).astype(np.float32))),
   }
   report = {}
-  for name, (fn, args) in cases.items():
-    argnums = tuple(range(len(args)))
-    sm = jax.shard_map(fn, mesh=mesh, in_specs=(P("b"),) * len(args), out_specs=P("b"))
+  for name, (fn, args, *which) in cases.items():
+    argnums = which[0] if which else tuple(range(len(args)))
+    specs = which[1] if len(which) > 1 else (P("b"),) * len(args)
+    sm = jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=P("b"))
     try:
       got = jax.grad(lambda *a: jnp.sum(jnp.sin(sm(*a))), argnums=argnums)(*args)
       want = jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=argnums)(*args)
@@ -342,7 +353,7 @@ def _shard_map_worker() -> None:
 def test_gradients_through_shard_map():
   cases = _run_worker(("--shard-map",))
   bad = {k: v for k, v in cases.items() if v != "ok"}
-  assert len(cases) >= 12 and not bad, bad
+  assert len(cases) >= 16 and not bad, bad
 
 
 def _explicit_mesh_worker() -> None:
