@@ -690,7 +690,7 @@ def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any
 
   def x_part() -> jax.Array:  # the input's part: its transpose is the scatter
     if _uses_blocks(cfg):
-      return _input_tangent_p.bind(tx, g, cfg=cfg, cdt=np.dtype(cdt))
+      return _input_tangent_p.bind(*_vary_alike(tx, g), cfg=cfg, cdt=np.dtype(cdt))
     return jax.jvp(lambda a: _tap_rows(a, g, bad, cfg, cdt), (x,), (tx,))[1]
 
   # JAX calls the rule only when some tangent is nonzero
@@ -700,7 +700,8 @@ def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any
     return _grid_jvp(x, g, bad, tg, cfg, cdt)  # the grid's part: row gathers, no scatter
   if _uses_blocks(cfg):  # both parts, as one primitive whose transpose orders them
     out, xt, flat, coef = _grid_parts(x, g, bad, tg, cfg, cdt)
-    return out, _tangent_p.bind(tx, coef, xt, flat, g, cfg=cfg, cdt=np.dtype(cdt))
+    return out, _tangent_p.bind(*_vary_alike(tx, coef, xt, flat, g), cfg=cfg,
+                                cdt=np.dtype(cdt))
   out, tangent = _grid_jvp(x, g, bad, tg, cfg, cdt)
   return out, tangent + x_part()
 
@@ -798,6 +799,19 @@ def _tangent_abstract(tx: Any, coef: Any, xt: Any, flat: Any, g: Any, *, cfg: _C
   return _varying_aval((tx, coef), (tx.shape[0], tx.shape[1], g.shape[1]), cdt)
 
 
+def _vary_alike(*arrays: jax.Array) -> list[jax.Array]:
+  """``arrays``, in ``shard_map``, each cast to vary over every manual mesh axis that one of
+  them varies over (JAX's own operations do this to their operands): a primitive's operands
+  then vary alike, and the transpose of the cast sums an operand's cotangent over the axes it
+  did not vary over (x replicated where the grid is not)."""
+  axes: list[frozenset[Any]] = [
+      getattr(getattr(jax.typeof(a), "manual_axis_type", None), "varying", frozenset())
+      for a in arrays]
+  union = frozenset().union(*axes)
+  return [a if not union - v else jax.lax.pcast(a, tuple(sorted(union - v)), to="varying")
+          for a, v in zip(arrays, axes)]
+
+
 def _varying_aval(avals: tuple[Any, ...], shape: tuple[int, ...], dtype: Any) -> Any:
   """The aval of a tangent computed from ``avals``, of ``shape`` and ``dtype``: in
   ``shard_map``, the one of them that varies over the most manual mesh axes (the input's
@@ -864,13 +878,9 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
                           x_aval: Any) -> jax.Array:
   """The transpose of ``_block_rows`` (the input's gradient) at the cotangent ``ctm``
   (N, M, C): one loop over the chunks of points that adds each chunk's block cotangents into
-  accumulators of zeros, one per group of images (``_image_groups``)."""
+  accumulators of zeros (``_chunk_loop_p``)."""
   n, c, *spatial = x_aval.shape
   lay = _block_layout(tuple(x_aval.shape), g.shape[1], cfg, cdt)
-  groups = _image_groups(n)
-  rest = lay.xm_shape[1:]
-  # (x_aval's varying mesh axes kept, in shard_map)
-  xm_aval = x_aval.update(shape=(n // groups,) + rest, dtype=cdt, weak_type=False)
   # chunk-major, as ``_block_rows``' map stacks them, and through the conditional of
   # ``_then_zeros``, which the accumulators' zeros come from: XLA then keeps the cotangent in
   # the samples' layout in the output's block and makes its chunk-major copy in the
@@ -881,8 +891,47 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
   cs, zeros = jax.lax.platform_dependent(cs, cpu=functools.partial(_then_zeros, cdt),
                                          default=lambda a: (a, _checks.zeros_like_type(
                                              jax.typeof(a), (n,), cdt)))
-  zeros = zeros.reshape(n // groups, groups)
-  accs = tuple(jnp.broadcast_to(zeros[:, j].reshape((n // groups,) + (1,) * len(rest)),
+  if lay.chunks:
+    acc = _chunk_loop_p.bind(gs, cs, zeros, cfg=cfg, cdt=np.dtype(cdt), spatial=tuple(spatial),
+                             k=lay.k, p=lay.p, rest=lay.xm_shape[1:])
+  else:  # no points: nothing to add
+    acc = jnp.broadcast_to(zeros.reshape((n,) + (1,) * (len(lay.xm_shape) - 1)), lay.xm_shape)
+  return jax.linear_transpose(lambda a: _block_input(a, cfg, cdt, lay),
+                              x_aval.update(weak_type=False))(acc)[0]
+
+
+# --- the chunks' loop of the input's gradient ---------------------------------------------------
+#
+# XLA's CPU runtime runs a program's (and a loop body's) independent operations on both cores
+# only when it has more than 8 of them; below that it runs them one after another
+# (``ThunkExecutor``'s ``execute_sequential_num_thunks_threshold``). One scatter-add per chunk
+# into one accumulator keeps the loop's body under it, on one core; with one accumulator per
+# group of images (image i in group i % 2) the two groups' scatters run side by side.
+# Gradient of sum(y ** 2) in x and grid on 8x32x128x128, one process interleaved: bilinear
+# 0.84-0.90 of one accumulator's time, bicubic border 0.94 (docs/PERFORMANCE.md). The loop is a
+# primitive so that its lowering knows whether the program is compiled for several devices:
+# there it keeps one accumulator, since the groups would split a device's images between
+# devices wherever a device holds an odd number of them (the partitioner then gathers the
+# whole gradient).
+
+_chunk_loop_p = Primitive("jaxops_grid_sample_chunk_loop")
+
+# Groups of images, each with an accumulator of its own, on one device.
+_GROUPS = 2
+
+
+def _chunk_loop(gs: jax.Array, cs: jax.Array, zeros: jax.Array, *, cfg: _Config, cdt: Any,
+                spatial: tuple[int, ...], k: int, p: int, rest: tuple[int, ...],
+                groups: int = 1) -> jax.Array:
+  """(N, *rest): the zeros (N,) plus, for every chunk of points (``gs`` (T, N, Mc, r) and their
+  cotangents ``cs`` (T, N, Mc, C)), the transpose of ``_block_chunk`` at its cotangents, added
+  into one accumulator per group of ``groups`` images (image i in group i % groups; ``groups``
+  divides N)."""
+  n, c = cs.shape[1], cs.shape[-1]
+  xm_aval = _varying_aval((jax.typeof(gs), jax.typeof(cs), jax.typeof(zeros)),
+                          (n // groups,) + rest, cdt)
+  zg = zeros.reshape(n // groups, groups)
+  accs = tuple(jnp.broadcast_to(zg[:, j].reshape((n // groups,) + (1,) * len(rest)),
                                 xm_aval.shape) for j in range(groups))
 
   def body(i: jax.Array, accs: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
@@ -890,35 +939,70 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
     gc, cc = (a.reshape((n // groups, groups) + a.shape[1:]) for a in (gc, cc))
     out = []
     for j, acc in enumerate(accs):
-      chunk = functools.partial(_block_chunk, g=gc[:, j], cfg=cfg, spatial=tuple(spatial),
-                                k=lay.k, p=lay.p, c=c)
+      chunk = functools.partial(_block_chunk, g=gc[:, j], cfg=cfg, spatial=spatial, k=k, p=p,
+                                c=c)
       out.append(acc + jax.linear_transpose(chunk, xm_aval)(cc[:, j])[0])
     return tuple(out)
 
-  if lay.chunks:  # no points: nothing to add
-    accs = jax.lax.fori_loop(0, lay.chunks, body, accs)
-  acc = jnp.stack(accs, axis=1).reshape(lay.xm_shape)
-  return jax.linear_transpose(lambda a: _block_input(a, cfg, cdt, lay),
-                              x_aval.update(weak_type=False))(acc)[0]
-
-
-# Groups of images whose block cotangents ``_block_rows_transpose`` adds into accumulators of
-# their own. XLA's CPU runtime runs a program's (and a loop body's) independent operations on
-# both cores only when it has more than 8 of them (below that it runs them one after another,
-# ``ThunkExecutor``'s ``execute_sequential_num_thunks_threshold``): one group's scatter-add
-# into one accumulator keeps a loop body under it, on one core, where two groups' scatters run
-# side by side. Gradient of sum(y ** 2) in x and grid on 8x32x128x128, one process
-# interleaved: bilinear 0.84-0.90 of one accumulator's time, bicubic border 0.94
-# (docs/PERFORMANCE.md).
-_GROUPS = 2
+  accs = jax.lax.fori_loop(0, gs.shape[0], body, accs)
+  return jnp.stack(accs, axis=1).reshape((n,) + rest)
 
 
 def _image_groups(n: int) -> int:
-  """How many accumulators ``_block_rows_transpose`` adds into: ``_GROUPS`` where they divide
-  the N images, else 1. Image i is in group i % groups, so that each group of a batch-sharded
-  input is sharded as the input is (its images are spread over the devices alike) and needs
-  no collective."""
+  """How many accumulators ``_chunk_loop`` adds into on one device: ``_GROUPS`` where they
+  divide the N images, else 1."""
   return _GROUPS if n % _GROUPS == 0 else 1
+
+
+def _chunk_loop_lowering(ctx: Any, gs: Any, cs: Any, zeros: Any, **params: Any) -> Any:
+  n = ctx.avals_in[1].shape[1]
+  groups = 1 if _fused_sum.partitioned(ctx) else _image_groups(n)
+  return mlir.lower_fun(functools.partial(_chunk_loop, groups=groups),
+                        multiple_results=False)(ctx, gs, cs, zeros, **params)
+
+
+def _chunk_loop_abstract(gs: Any, cs: Any, zeros: Any, *, cdt: Any, rest: tuple[int, ...],
+                         **_: Any) -> Any:
+  return _varying_aval((gs, cs, zeros), (cs.shape[1],) + rest, cdt)
+
+
+def _chunk_loop_jvp(primals: Any, tangents: Any, **params: Any) -> Any:
+  # (second order) the one-accumulator loop's own derivative
+  return jax.jvp(functools.partial(_chunk_loop, **params), primals,
+                 tuple(ad.instantiate_zeros(t) for t in tangents))
+
+
+def _chunk_loop_transpose(ct: Any, gs: Any, cs: Any, zeros: Any, **params: Any) -> list[Any]:
+  # linear in the cotangents and the zeros; the points are data
+  linear = [ad.is_undefined_primal(a) for a in (cs, zeros)]
+  if type(ct) is ad.Zero:
+    return [None] + [ad.Zero(a.aval) if u else None for a, u in zip((cs, zeros), linear)]
+  avals = [a.aval if u else jax.typeof(a) for a, u in zip((cs, zeros), linear)]
+  cts = jax.linear_transpose(lambda c, z: _chunk_loop(gs, c, z, **params), *avals)(ct)
+  return [None] + [t if u else None for t, u in zip(cts, linear)]
+
+
+def _chunk_loop_batch(args: Any, dims: Any, **params: Any) -> tuple[jax.Array, int]:
+  # the mapped axis folds into the images: axis 1 of the chunks, axis 0 of the zeros
+  size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+
+  def fold(a: Any, d: Any, axis: int) -> jax.Array:
+    a = (jnp.moveaxis(a, d, axis) if d is not None
+         else jnp.broadcast_to(jnp.expand_dims(a, axis), a.shape[:axis] + (size,)
+                               + a.shape[axis:]))
+    return a.reshape(a.shape[:axis] + (-1,) + a.shape[axis + 2:])
+
+  gs, cs, zeros = (fold(a, d, ax) for a, d, ax in zip(args, dims, (1, 1, 0)))
+  out = _chunk_loop_p.bind(gs, cs, zeros, **params)
+  return out.reshape((size, -1) + out.shape[1:]), 0
+
+
+_chunk_loop_p.def_impl(functools.partial(_chunk_loop, groups=1))
+_chunk_loop_p.def_abstract_eval(_chunk_loop_abstract)
+mlir.register_lowering(_chunk_loop_p, _chunk_loop_lowering)
+ad.primitive_jvps[_chunk_loop_p] = _chunk_loop_jvp
+ad.primitive_transposes[_chunk_loop_p] = _chunk_loop_transpose
+batching.primitive_batchers[_chunk_loop_p] = _chunk_loop_batch
 
 
 _tangent_p.def_impl(_tangent_impl)

@@ -692,8 +692,8 @@ def test_vmap_of_the_input_only_gradient_equals_torch(mode, tmode, padding_mode,
   """The gradient in the input alone (the grid a constant: its own primitive, whose transpose
   adds the chunks' block cotangents into one accumulator per group of images) under vmap,
   over inputs with one grid or over grids with one input, equals torch autograd. An even
-  batch takes two groups, an odd one a single accumulator; 40x40 points take several chunks,
-  and the grid's NaN point a zero gradient (torch's oracle reads a finite point there with a
+  batch takes two groups, an odd one a single accumulator; 40x40 points take one chunk
+  (bilinear) or four (bicubic), and the grid's NaN point a zero gradient (torch's oracle reads a finite point there with a
   zero cotangent: torch's own backward crashes on a NaN coordinate with reflection padding)."""
   rng = np.random.default_rng(23 + images)
   xs = rng.standard_normal((3, images, 8, 7, 9))

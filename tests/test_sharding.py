@@ -44,7 +44,8 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
 RESAMPLE_OPS = ("grid_sample_linear", "grid_sample_linear_rows", "grid_sample_cubic_border",
                 "grid_sample_trilinear",
                 "affine_grid_sample", "roi_align_per_image", "grad_grid_sample",
-                "grad_grid_sample_cubic_reflection")
+                "grad_grid_sample_cubic_reflection", "grad_grid_sample_one_image_each",
+                "grad_grid_sample_x_alone_one_image_each")
 
 
 def _worker_cases():
@@ -91,6 +92,14 @@ def _worker_cases():
       "grad_grid_sample_cubic_reflection": (jax.grad(lambda x: jnp.sum(jnp.sin(
           jaxops.grid_sample(x, grid_of(x), mode="cubic", padding_mode="reflection")))),
           shape, jnp.float32),
+      # one image per device: on one device the input's gradient adds even and odd images
+      # into accumulators of their own, which would split the devices' images between groups
+      # (the loop keeps one accumulator when compiled for several devices)
+      "grad_grid_sample_one_image_each": (jax.grad(lambda x: jnp.sum(jnp.sin(
+          jaxops.grid_sample(x, grid_of(x))))), (8, 8, 12, 10), jnp.float32),
+      "grad_grid_sample_x_alone_one_image_each": (jax.grad(lambda x: jnp.sum(jnp.sin(
+          jaxops.grid_sample(x, jax.lax.stop_gradient(grid_of(x)))))), (8, 8, 12, 10),
+          jnp.float32),
   }
   return resample | {
       "resize_linear": (functools.partial(jaxops.resize, scales=(1.0, 1.0, 2.0, 1.5),
@@ -346,6 +355,28 @@ def _shard_map_worker() -> None:
       report[name] = "ok" if diff < 1e-5 else f"differs by {diff}"
     except Exception as e:  # noqa: BLE001  (reported to the parent, which fails the test)
       report[name] = f"{type(e).__name__}: {str(e)[:300]}"
+  # grid_sample's tangent primitives on a 2-D mesh, x and the grid varying over different
+  # axes (the grid's rows over one that x is replicated on): x alone and jointly, each
+  # against the gradient without shard_map
+  mesh2 = Mesh(np.array(jax.devices()).reshape(2, 4), ("a", "b"))
+  x2 = rng.standard_normal((8, 4, 8, 8)).astype(np.float32)
+  g2 = rng.uniform(-1.2, 1.2, (8, 8, 5, 2)).astype(np.float32)
+  for mode, pad in (("linear", "zeros"), ("cubic", "border")):
+    def fn2(a, b, mode=mode, pad=pad):
+      return jaxops.grid_sample(a, b, mode=mode, padding_mode=pad)
+    for specs in ((P("a"), P("a", "b"), P("a", None, "b")),
+                  (P(None, "a"), P(None, "b"), P(None, "a", "b"))):
+      sm = jax.shard_map(fn2, mesh=mesh2, in_specs=specs[:2], out_specs=specs[2])
+      for argnums in ((0,), (0, 1)):
+        name = f"grid_sample {mode} x {specs[0]} grid {specs[1]} argnums {argnums}"
+        try:
+          got = jax.grad(lambda *a: jnp.sum(jnp.sin(sm(*a))), argnums=argnums)(x2, g2)
+          want = jax.grad(lambda *a: jnp.sum(jnp.sin(fn2(*a))), argnums=argnums)(x2, g2)
+          diff = max(float(np.max(np.abs(np.asarray(u) - np.asarray(w)) / (1 + np.abs(w))))
+                     for u, w in zip(got, want))
+          report[name] = "ok" if diff < 1e-5 else f"differs by {diff}"
+        except Exception as e:  # noqa: BLE001  (reported to the parent, which fails the test)
+          report[name] = f"{type(e).__name__}: {str(e)[:300]}"
   print("REPORT " + json.dumps({"devices": len(jax.devices()), "cases": report}))
 
 
@@ -353,7 +384,7 @@ def _shard_map_worker() -> None:
 def test_gradients_through_shard_map():
   cases = _run_worker(("--shard-map",))
   bad = {k: v for k, v in cases.items() if v != "ok"}
-  assert len(cases) >= 16 and not bad, bad
+  assert len(cases) >= 24 and not bad, bad
 
 
 def _explicit_mesh_worker() -> None:
