@@ -786,17 +786,22 @@ def _nan_points(g: jax.Array, cfg: _Config) -> jax.Array:
   return functools.reduce(operator.or_, flags)
 
 
+def _zero_at_nan_points(v: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
+  """``v`` (N, M, C) with 0 at the points of ``g`` whose samples are NaN (``_nan_points``)."""
+  return jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), v)
+
+
 def _tangent_impl(tx: jax.Array, coef: jax.Array, xt: jax.Array, flat: jax.Array, g: jax.Array,
                   *, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M): the grid's part (taps' rows of ``xt`` weighted by ``coef``) plus the input's
   (``_block_rows`` of ``tx``), 0 at the points whose samples are NaN."""
   rows = _weighted_taps(xt, flat, coef) + _block_rows(tx, g, cfg, cdt)
-  return jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), rows).transpose(0, 2, 1)
+  return _zero_at_nan_points(rows, g, cfg, cdt).transpose(0, 2, 1)
 
 
 def _tangent_abstract(tx: Any, coef: Any, xt: Any, flat: Any, g: Any, *, cfg: _Config,
                       cdt: Any) -> Any:
-  return _varying_aval((tx, coef), (tx.shape[0], tx.shape[1], g.shape[1]), cdt)
+  return _tangent_aval(tx, (tx.shape[0], tx.shape[1], g.shape[1]), cdt)
 
 
 def _vary_alike(*arrays: jax.Array) -> list[jax.Array]:
@@ -812,16 +817,11 @@ def _vary_alike(*arrays: jax.Array) -> list[jax.Array]:
           for a, v in zip(arrays, axes)]
 
 
-def _varying_aval(avals: tuple[Any, ...], shape: tuple[int, ...], dtype: Any) -> Any:
-  """The aval of a tangent computed from ``avals``, of ``shape`` and ``dtype``: in
-  ``shard_map``, the one of them that varies over the most manual mesh axes (the input's
-  tangent varies over the images where a grid shared by every image does not; the
-  impl's operations vary over the union, which is that one's axes where one's include the
-  others')."""
-  def varying(a: Any) -> int:
-    return len(getattr(getattr(a, "mat", None), "varying", ()))
-
-  return max(avals, key=varying).update(shape=shape, dtype=dtype, weak_type=False)
+def _tangent_aval(aval: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+  """The aval of a tangent primitive's result, of ``shape`` and ``dtype``, from one of its
+  operands' ``aval``: the operands vary alike in ``shard_map`` (``_vary_alike``), so the result
+  varies over that operand's manual mesh axes."""
+  return aval.update(shape=shape, dtype=dtype, weak_type=False)
 
 
 def _tangent_jvp(primals: Any, tangents: Any, *, cfg: _Config, cdt: Any) -> Any:
@@ -838,7 +838,7 @@ def _tangent_transpose(ct: Any, tx: Any, coef: Any, xt: Any, flat: Any, g: Any, 
   if type(ct) is ad.Zero:
     return [ad.Zero(tx.aval) if x_undefined else None,
             ad.Zero(coef.aval) if coef_undefined else None, None, None, None]
-  ctm = jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), ct.transpose(0, 2, 1))
+  ctm = _zero_at_nan_points(ct.transpose(0, 2, 1), g, cfg, cdt)
   coef_ct, one = None, jnp.ones((), cdt)
   if coef_undefined:
     aval = coef.aval.update(weak_type=False)  # (with its varying mesh axes, in shard_map)
@@ -892,8 +892,8 @@ def _block_rows_transpose(ctm: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
                                          default=lambda a: (a, _checks.zeros_like_type(
                                              jax.typeof(a), (n,), cdt)))
   if lay.chunks:
-    acc = _chunk_loop_p.bind(gs, cs, zeros, cfg=cfg, cdt=np.dtype(cdt), spatial=tuple(spatial),
-                             k=lay.k, p=lay.p, rest=lay.xm_shape[1:])
+    acc = _chunk_loop_p.bind(*_vary_alike(gs, cs, zeros), cfg=cfg, cdt=np.dtype(cdt),
+                             spatial=tuple(spatial), k=lay.k, p=lay.p, rest=lay.xm_shape[1:])
   else:  # no points: nothing to add
     acc = jnp.broadcast_to(zeros.reshape((n,) + (1,) * (len(lay.xm_shape) - 1)), lay.xm_shape)
   return jax.linear_transpose(lambda a: _block_input(a, cfg, cdt, lay),
@@ -928,8 +928,8 @@ def _chunk_loop(gs: jax.Array, cs: jax.Array, zeros: jax.Array, *, cfg: _Config,
   into one accumulator per group of ``groups`` images (image i in group i % groups; ``groups``
   divides N)."""
   n, c = cs.shape[1], cs.shape[-1]
-  xm_aval = _varying_aval((jax.typeof(gs), jax.typeof(cs), jax.typeof(zeros)),
-                          (n // groups,) + rest, cdt)
+  gs, cs, zeros = _vary_alike(gs, cs, zeros)
+  xm_aval = _tangent_aval(jax.typeof(cs), (n // groups,) + rest, cdt)
   zg = zeros.reshape(n // groups, groups)
   accs = tuple(jnp.broadcast_to(zg[:, j].reshape((n // groups,) + (1,) * len(rest)),
                                 xm_aval.shape) for j in range(groups))
@@ -963,7 +963,7 @@ def _chunk_loop_lowering(ctx: Any, gs: Any, cs: Any, zeros: Any, **params: Any) 
 
 def _chunk_loop_abstract(gs: Any, cs: Any, zeros: Any, *, cdt: Any, rest: tuple[int, ...],
                          **_: Any) -> Any:
-  return _varying_aval((gs, cs, zeros), (cs.shape[1],) + rest, cdt)
+  return _tangent_aval(cs, (cs.shape[1],) + rest, cdt)
 
 
 def _chunk_loop_jvp(primals: Any, tangents: Any, **params: Any) -> Any:
@@ -984,20 +984,14 @@ def _chunk_loop_transpose(ct: Any, gs: Any, cs: Any, zeros: Any, **params: Any) 
 
 def _chunk_loop_batch(args: Any, dims: Any, **params: Any) -> tuple[jax.Array, int]:
   # the mapped axis folds into the images: axis 1 of the chunks, axis 0 of the zeros
-  size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-
-  def fold(a: Any, d: Any, axis: int) -> jax.Array:
-    a = (jnp.moveaxis(a, d, axis) if d is not None
-         else jnp.broadcast_to(jnp.expand_dims(a, axis), a.shape[:axis] + (size,)
-                               + a.shape[axis:]))
-    return a.reshape(a.shape[:axis] + (-1,) + a.shape[axis + 2:])
-
-  gs, cs, zeros = (fold(a, d, ax) for a, d, ax in zip(args, dims, (1, 1, 0)))
-  out = _chunk_loop_p.bind(gs, cs, zeros, **params)
-  return out.reshape((size, -1) + out.shape[1:]), 0
+  gs, cs, zeros = _checks.batch_first(args, dims)
+  b = zeros.shape[0]
+  gs, cs = (jnp.moveaxis(a, 0, 1).reshape((a.shape[1], -1) + a.shape[3:]) for a in (gs, cs))
+  out = _chunk_loop_p.bind(gs, cs, zeros.reshape(-1), **params)
+  return out.reshape((b, -1) + out.shape[1:]), 0
 
 
-_chunk_loop_p.def_impl(functools.partial(_chunk_loop, groups=1))
+_chunk_loop_p.def_impl(_chunk_loop)
 _chunk_loop_p.def_abstract_eval(_chunk_loop_abstract)
 mlir.register_lowering(_chunk_loop_p, _chunk_loop_lowering)
 ad.primitive_jvps[_chunk_loop_p] = _chunk_loop_jvp
@@ -1042,11 +1036,11 @@ _input_tangent_p = Primitive("jaxops_grid_sample_input_tangent")
 def _input_tangent_impl(tx: jax.Array, g: jax.Array, *, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M): the block rows of ``tx`` at the points ``g``, 0 where the samples are NaN."""
   rows = _block_rows(tx, g, cfg, cdt)
-  return jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), rows).transpose(0, 2, 1)
+  return _zero_at_nan_points(rows, g, cfg, cdt).transpose(0, 2, 1)
 
 
 def _input_tangent_abstract(tx: Any, g: Any, *, cfg: _Config, cdt: Any) -> Any:
-  return _varying_aval((tx, g), (tx.shape[0], tx.shape[1], g.shape[1]), cdt)
+  return _tangent_aval(tx, (tx.shape[0], tx.shape[1], g.shape[1]), cdt)
 
 
 def _input_tangent_jvp(primals: Any, tangents: Any, *, cfg: _Config, cdt: Any) -> Any:
@@ -1058,7 +1052,7 @@ def _input_tangent_jvp(primals: Any, tangents: Any, *, cfg: _Config, cdt: Any) -
 def _input_tangent_transpose(ct: Any, tx: Any, g: Any, *, cfg: _Config, cdt: Any) -> list[Any]:
   if type(ct) is ad.Zero:
     return [ad.Zero(tx.aval), None]
-  ctm = jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), ct.transpose(0, 2, 1))
+  ctm = _zero_at_nan_points(ct.transpose(0, 2, 1), g, cfg, cdt)
   return [_block_rows_transpose(ctm, g, cfg, cdt, tx.aval), None]
 
 
