@@ -278,12 +278,43 @@ def _many_taps(axes: tuple[WindowAxis, ...]) -> bool:
           and math.prod(a.size for a in axes) <= np.iinfo(np.int32).max)
 
 
+# Most strided slices that one unrolled pass over several axes reads (``_over_runs``: for every
+# combination of runs, one per axis, each tap that its windows read inside the input; each
+# slice then costs a comparison and a select or two). Padding multiplies them: a stride-1 axis
+# padded by p has 2p + 1 runs, so 13x13 windows padded by 6 read 16129 slices (51 s to compile)
+# and 5x5x5 windows padded by 2 read 6859 (121 s with indices), where their 169 and 125 taps
+# pass _UNROLLED_TAPS. Past it, windows are pooled one axis at a time (``_argmax_by_axis``,
+# per-axis passes in ``_max_values``), whose program grows with the sum of the axes' reads.
+_UNROLLED_READS = 1024
+
+
+def _reads(plan: _MaxPlan, pooled: tuple[int, ...]) -> int:
+  """The strided slices that one ``_over_runs`` pass over the axes ``pooled`` reads."""
+  return math.prod(sum(len(read) for _, _, read in plan.runs[i]) for i in pooled)
+
+
+def _argmax_path(plan: _MaxPlan) -> str:
+  """How ``_argmax`` takes the windows: ``"one"`` unrolled pass over every axis;
+  ``"by_axis"``, one unrolled pass per axis (``_argmax_by_axis``), where the one pass would
+  compare more than _UNROLLED_TAPS taps or read more than _UNROLLED_READS slices; or
+  ``"reduce_window"`` (``_argmax_reduce_window``), where a single axis is too long for that."""
+  axes = plan.axes
+  if not (_many_taps(axes) or _reads(plan, tuple(range(len(axes)))) > _UNROLLED_READS):
+    return "one"
+  if len(axes) > 1 and all(a.kernel <= _UNROLLED_TAPS and _reads(plan, (i,)) <= _UNROLLED_READS
+                           for i, a in enumerate(axes)):
+    return "by_axis"
+  # (positions in a plane of more than 2**31 elements do not fit reduce_window's int32 pairs)
+  return "reduce_window" if math.prod(a.size for a in axes) <= np.iinfo(np.int32).max else "one"
+
+
 def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
   """(maximum, number of the winning tap in window order) of every window: the first tap
   inside the input starts, a later one wins only if strictly greater."""
-  if _many_taps(plan.axes):
-    if all(a.kernel <= _UNROLLED_TAPS for a in plan.axes):
-      return _argmax_by_axis(x, plan)
+  path = _argmax_path(plan)
+  if path == "by_axis":
+    return _argmax_by_axis(x, plan)
+  if path == "reduce_window":
     return _argmax_reduce_window(x, plan)
   kernel = tuple(a.kernel for a in plan.axes)
   tdtype = _tap_dtype(plan.axes)
@@ -443,16 +474,18 @@ def _two_pass(plan: _MaxPlan) -> bool:
 def _passes(plan: _MaxPlan) -> tuple[tuple[int, ...], ...]:
   """The pooled axes (indices into ``plan.axes``) of each pass of ``_max_values``, in order.
 
-  One pass over every axis, except: stride-1 windows of many taps (``_per_axis``), one pass
-  per axis whose kernel is longer than 1 (a maximum over the window's box is the maximum over
-  each of its axes in turn, the padding excluded on each); a strided last axis after other
-  axes of many taps, two passes (``_two_pass``).
+  One pass over every axis, except: stride-1 windows of many taps (``_per_axis``) and windows
+  whose one pass would read more than ``_UNROLLED_READS`` slices, one pass per axis whose
+  kernel is longer than 1 (a maximum over the window's box is the maximum over each of its
+  axes in turn, the padding excluded on each); a strided last axis after other axes of many
+  taps, two passes (``_two_pass``).
   """
   nd = len(plan.axes)
   every = tuple(range(nd))
-  if _many_taps(plan.axes):
+  path = _argmax_path(plan)
+  if _many_taps(plan.axes) or path == "reduce_window":
     return (every,)
-  if _per_axis(plan):
+  if _per_axis(plan) or path == "by_axis":
     return tuple((i,) for i, a in enumerate(plan.axes) if a.kernel > 1)
   if _two_pass(plan):
     return (every[:-1], (nd - 1,))

@@ -759,6 +759,41 @@ def test_3d_windows_of_many_taps_match_onnxruntime():
     np.testing.assert_array_equal(np.asarray(i), want_i)
 
 
+def _slices(fn, *args):
+  return jax.jit(fn).lower(*args).as_text().count("stablehlo.slice")
+
+
+def test_padded_stride_one_windows_compile_small_and_match_onnxruntime():
+  # Padding multiplies the slices of one unrolled pass: each stride-1 axis padded by p has
+  # 2p + 1 runs of windows, so 5x5x5 windows padded by 2 read 6859 slices (a program of 34460
+  # lines, 121 s to compile with indices) and 13x13 windows padded by 6 read 16129 (51 s), with
+  # taps (125, 169) under _UNROLLED_TAPS. Past _UNROLLED_READS they are pooled one axis at a
+  # time. Values, indices (both storage orders) and values alone against onnxruntime, with NaN,
+  # ties and -inf; and the programs' slices counted (no timing).
+  rng = np.random.default_rng(25)
+  cases = (((1, 2, 12, 11, 10), dict(kernel_shape=[5, 5, 5], strides=[1, 1, 1], pads=[2] * 6)),
+           ((2, 2, 30, 27), dict(kernel_shape=[13, 13], strides=[1, 1], pads=[6] * 4)),
+           ((1, 3, 20, 21), dict(kernel_shape=[9, 7], strides=[1, 1], pads=[4, 3, 4, 3])))
+  for shape, attrs in cases:
+    x = rng.integers(-2, 3, size=shape).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    x.reshape(-1)[:7] = -np.inf
+    kw = dict(strides=attrs["strides"], pads=attrs["pads"])
+    for order in (0, 1):
+      want_y, want_i = _ort_max_pool(x, storage_order=order, **attrs)
+      y, i = jaxops.max_pool(x, attrs["kernel_shape"], storage_order=order,
+                             return_indices=True, **kw)
+      np.testing.assert_array_equal(np.asarray(y), want_y)
+      np.testing.assert_array_equal(np.asarray(i), want_i)
+    np.testing.assert_array_equal(np.asarray(jaxops.max_pool(x, attrs["kernel_shape"], **kw)),
+                                  want_y)
+    k = attrs["kernel_shape"]
+    with_indices = _slices(lambda a: jaxops.max_pool(a, k, return_indices=True, **kw), x)
+    values = _slices(lambda a: jaxops.max_pool(a, k, **kw), x)
+    grad = _slices(jax.grad(lambda a: jnp.sum(jaxops.max_pool(a, k, **kw))), x)
+    assert max(with_indices, values, grad) < 1500, (shape, with_indices, values, grad)
+
+
 def test_windows_of_many_taps_gradient_and_adaptive_max_match_torch():
   rng = np.random.default_rng(22)
   x = rng.standard_normal((2, 3, 40, 40))
