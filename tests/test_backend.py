@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -163,11 +164,26 @@ def test_fixed_type_inputs_are_checked():
                     np.array([1, 1, 2, 2], np.float64)], opset_version=19)
 
 
-def test_global_pool_needs_n_and_c():
-  node = helper.make_node("GlobalAveragePool", ["x"], ["y"], name="g")
-  with pytest.raises(ValueError, match=r"node 'g' \(GlobalAveragePool-22\): input 0 \(`X`\) has "
-                     r"rank 1 .* at least 2 axes"):
-    run_node(node, [np.ones((4,), np.float32)], opset_version=22)
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+@pytest.mark.parametrize("shape", [(4,), (3, 4)])
+def test_global_pool_needs_n_c_and_a_spatial_axis(op, shape):
+  # X is (N x C x D1 x ... x Dn): onnxruntime refuses an (N, C) input ("Input dimension cannot
+  # be less than 3"), which onnx.reference would return unchanged (the Python functions, which
+  # pool the axes after the first two, accept it)
+  x = np.ones(shape, np.float32)
+  model = helper.make_model(helper.make_graph(
+      [helper.make_node(op, ["x"], ["y"])], "g",
+      [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+      opset_imports=[helper.make_opsetid("", 2 if op == "GlobalLpPool" else 22)])
+  model.ir_version = 10  # (onnxruntime has no GlobalLpPool-22 kernel: version 2 there)
+  with pytest.raises(Exception, match="less than 3"):
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+  node = helper.make_node(op, ["x"], ["y"], name="g")
+  with pytest.raises(ValueError, match=rf"node 'g' \({op}-22\): input 0 \(`X`\) has "
+                     rf"rank {len(shape)} .* at least 3 axes"):
+    run_node(node, [x], opset_version=22)
 
 
 def test_attribute_types_and_names_are_checked_against_the_schema():

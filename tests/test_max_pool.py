@@ -648,6 +648,29 @@ def test_deviation_global_max_pool_reference_axes():
   assert ReferenceEvaluator(model).run(None, {"x": x})[0].shape != (1, 2, 1)
 
 
+def test_deviation_global_max_pool_nan():
+  """A plane holding NaN has the maximum NaN, as onnx.reference (np.max) and PyTorch's amax
+  give; onnxruntime's GlobalMaxPool drops NaN. The spec text says only "max pooling across the
+  values in the same channel". The gradient goes to the plane's first NaN."""
+  x = np.array([[[[1, np.nan], [3, 2]], [[4, 0], [-1, 2]]]], np.float32)
+  model = helper.make_model(helper.make_graph(
+      [helper.make_node("GlobalMaxPool", ["x"], ["y"])], "g",
+      [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 1, 1])]),
+      opset_imports=[helper.make_opsetid("", 22)])
+  model.ir_version = 10
+  got = Backend.run_model(model, [x])[0]
+  np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+  np.testing.assert_array_equal(got.reshape(-1), [np.nan, 4])
+  ort_y = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+  np.testing.assert_array_equal(ort_y.reshape(-1), [3, 4])  # NaN dropped
+  np.testing.assert_array_equal(
+      torch.amax(torch.tensor(x), dim=(2, 3)).numpy().reshape(-1), [np.nan, 4])
+  g = jax.grad(lambda v: jnp.sum(jaxops.global_max_pool(v)))(x)
+  np.testing.assert_array_equal(np.asarray(g).reshape(2, 4), [[0, 1, 0, 0], [1, 0, 0, 0]])
+
+
 @pytest.mark.parametrize("op, extra", [("MaxPool", {}), ("AveragePool", {"count_include_pad": 0}),
                                        ("AveragePool", {"count_include_pad": 1}),
                                        ("LpPool", {"p": 2})])

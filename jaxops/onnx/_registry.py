@@ -498,7 +498,7 @@ def _global_average_pool(version: int) -> Adapt:
 
 
 for _v in (1, 22):
-  register("GlobalAveragePool", _v, rank=min_rank(2))(_global_average_pool(_v))
+  register("GlobalAveragePool", _v, rank=min_rank(3))(_global_average_pool(_v))
 
 
 # --- MaxPool / MaxUnpool / GlobalMaxPool / LpPool / GlobalLpPool --------------------------------
@@ -555,7 +555,7 @@ def _global_max_pool(version: int) -> Adapt:
 
 
 for _v in (1, 22):
-  register("GlobalMaxPool", _v, rank=min_rank(2))(_global_max_pool(_v))
+  register("GlobalMaxPool", _v, rank=min_rank(3))(_global_max_pool(_v))
 
 
 def _lp_p(op: str, version: int, attrs: dict[str, Any]) -> float:
@@ -584,7 +584,7 @@ def _global_lp_pool(version: int) -> Adapt:
 
 
 for _v in (1, 2, 22):
-  register("GlobalLpPool", _v, rank=min_rank(2))(_global_lp_pool(_v))
+  register("GlobalLpPool", _v, rank=min_rank(3))(_global_lp_pool(_v))
 
 
 # --- GridSample / AffineGrid / RoiAlign ---------------------------------------------------------
