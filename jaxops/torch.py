@@ -1139,6 +1139,17 @@ def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
     if o < 1:
       raise ValueError(f"{op}: Given input size {tuple(spatial)}, the calculated output size "
                        f"is too small (kernel_size {k}, stride {s}, padding {p}, dilation {d})")
+  for axis, (n, kv, sv, pv, dv) in enumerate(zip(spatial, k, s, p, d)):
+    o = (n + 2 * pv - (dv * (kv - 1) + 1) + (sv - 1 if ceil_mode else 0)) // sv + 1
+    o -= bool(ceil_mode and (o - 1) * sv >= n + pv)
+    taps = (np.arange(o) * sv - pv)[:, None] + np.arange(kv) * dv
+    empty = ~((taps >= 0) & (taps < n)).any(axis=1)
+    if empty.any():  # torch returns -inf with an index outside the input (DEVIATIONS.md)
+      raise ValueError(
+          f"{op}: with padding {p} and dilation {d}, the window of output position "
+          f"{int(np.argmax(empty))} along spatial axis {axis} (kernel_size {k}) covers only "
+          f"padding, so its maximum is undefined; allowed: padding and dilation whose every "
+          f"window reads an input element")
   return _MaxPool(k, s, p, d, ceil_mode, ind)
 
 
@@ -1252,17 +1263,31 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
     sign = 1 if p > 0 else -1
     a = x * jnp.sign(x)  # |x| with torch's derivative sign(x): 0 at 0 (jnp.abs gives 1)
     return sign * mx(sign * a, kernel_size, stride, 0, 1, ceil_mode)
-  avg = {1: avg_pool1d, 2: avg_pool2d, 3: avg_pool3d}[nd]
   # float16 and bfloat16 in float32, rounded once (each step of the chain rounded eagerly, and
-  # jit, which fuses the steps, did not: their results differed)
+  # jit, which fuses the steps, did not: their results differed); the average pool's argument
+  # errors name lp_pool{nd}d
   v = x.astype(_checks.compute_dtype(x.dtype))
-  a = avg(_pow_scalar(v, p), kernel_size, stride, 0, ceil_mode)
+  a = _avg_pool(name, nd, _pow_scalar(v, p), kernel_size, stride, 0, ceil_mode, True, None)
   if p == 0:  # torch's 1 / norm_type, after its avg_pool: its ZeroDivisionError, also a ValueError
     raise _ZeroNormType(f"{op}: argument `norm_type` must be nonzero (torch divides by it: 1 / "
                         f"norm_type); got {norm_type!r}")
   # (NaN: x ** nan is NaN but 1 ** nan is 1, as in torch's pow)
-  return _pow_scalar(jnp.sign(a) * jax.nn.relu(jnp.abs(a)) * math.prod(k), 1.0 / p).astype(
-      x.dtype)
+  return _pow_scalar(jnp.sign(a) * _relu(jnp.abs(a)) * math.prod(k), 1.0 / p).astype(x.dtype)
+
+
+@jax.custom_jvp
+def _relu(v: jax.Array) -> jax.Array:
+  """``torch.relu``, whose derivative is torch's: the tangent passes wherever ``v <= 0`` is
+  false, so also at NaN (``jax.nn.relu``'s stops there, which gave lp_pool's window of a NaN
+  output a zero gradient in its other elements where torch's is NaN)."""
+  return jnp.maximum(v, jnp.zeros((), v.dtype))
+
+
+@_relu.defjvp
+def _relu_jvp(primals: tuple[jax.Array], tangents: tuple[jax.Array]
+              ) -> tuple[jax.Array, jax.Array]:
+  (v,), (t,) = primals, tangents
+  return _relu(v), jnp.where(v <= 0, jnp.zeros((), t.dtype), t)
 
 
 class _ZeroNormType(ValueError, ZeroDivisionError):

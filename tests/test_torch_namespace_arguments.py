@@ -135,6 +135,19 @@ def test_lp_pool_bool_and_zero_norm_types_match_torch(nd):
     _same(_run(lambda: tfn(torch.tensor(x), 0, (2,))), _run(lambda: fn(x, 0, (2,))), "(2,)")
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: F.lp_pool2d(np.zeros((1, 2, 5, 6)), 2, 7), r"lp_pool2d: Given input size"),
+    (lambda: F.lp_pool1d(np.zeros((1, 2, 5)), 2, 3, stride=0),
+     r"lp_pool1d: argument `stride` must be greater than zero; got 0"),
+    (lambda: F.lp_pool1d(np.zeros((1, 2, 5)), 2, -3),
+     r"lp_pool1d: argument `kernel_size` must be greater than zero; got -3"),
+    (lambda: F.lp_pool3d(np.zeros((1, 1, 2, 5, 5)), 2, 3), r"lp_pool3d: input image")])
+def test_lp_pool_errors_name_lp_pool(call, message):
+  # (they named avg_pool{1,2,3}d, whose checks lp_pool runs; found by a random sweep)
+  with pytest.raises(ValueError, match=message):
+    call()
+
+
 def test_roi_align_edge_arguments():
   """torchvision's roi_align: an empty output (no boxes) needs no non-empty input; its
   ``aligned`` reaches a registered operator, whose bool takes None and numbers; its

@@ -122,8 +122,15 @@ def test_window_of_padding_only_deviation_is_pinned():
   docs/DEVIATIONS.md, jaxops.torch 4."""
   y, i = TF.max_pool1d(torch.tensor([[[3.0]]]), 2, 1, 1, 2, return_indices=True)
   assert y.item() == -np.inf and i.item() == 1
-  with pytest.raises(ValueError, match="covers no input element"):
+  with pytest.raises(ValueError, match=r"max_pool1d: with padding \(1,\) and dilation \(2,\), the "
+                     r"window of output position 0 .* covers only padding"):
     F.max_pool1d(np.array([[[3.0]]]), 2, 1, 1, 2, return_indices=True)
+  # a ceil_mode window past the input's end, and 2-D (the message named jaxops.max_pool and
+  # neither argument; found by a random sweep)
+  with pytest.raises(ValueError, match=r"max_pool1d: with padding \(1,\) and dilation \(3,\)"):
+    F.max_pool1d(np.zeros((2, 2)), 2, 3, 1, 3, ceil_mode=True)
+  with pytest.raises(ValueError, match=r"max_pool2d: with padding \(1, 1\) and dilation \(2, 2\)"):
+    F.max_pool2d(np.zeros((1, 1, 1, 4)), 2, 1, 1, dilation=2)
 
 
 def test_nan_rule_deviation_is_pinned():

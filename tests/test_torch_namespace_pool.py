@@ -472,6 +472,40 @@ def test_lp_pool_infinite_norm_type_matches_torch(nd, norm_type):
   np.testing.assert_array_equal(np.asarray(g), xt.grad.numpy())
 
 
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_lp_pool_gradient_of_a_nan_window_matches_torch(nd):
+  """A fractional norm_type over negative inputs makes x ** p NaN: the window's output is NaN,
+  and torch's relu passes the NaN cotangent back to every element of the window (its derivative
+  is 0 only where its input is <= 0); jax.nn.relu's stopped it, giving the window's other
+  elements 0 (found by a random sweep)."""
+  rng = np.random.default_rng(90 + nd)
+  x = np.abs(rng.standard_normal((2, 2) + (6, 5, 4)[:nd])) + 0.1
+  x[0, 0].reshape(-1)[0] = -1.0
+  x[1, 1].reshape(-1)[-1] = -0.5
+  fn, tfn = getattr(F, f"lp_pool{nd}d"), getattr(TF, f"lp_pool{nd}d")
+  for p in (1.5, 0.7, -0.5):
+    xt = torch.tensor(x, requires_grad=True)
+    ty = tfn(xt, p, 2, None, True)
+    w = np.cos(np.arange(ty.numel())).reshape(tuple(ty.shape))
+    (ty * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(np.asarray(fn(x, p, 2, None, True)), ty.detach().numpy(),
+                               rtol=1e-12)
+    g = jax.grad(lambda v: jnp.sum(fn(v, p, 2, None, True) * w))(x)
+    assert np.isnan(xt.grad.numpy()).sum() >= 2
+    np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_half_precision_lp_pool_overflow_deviation_is_pinned():
+  """torch's float16 lp_pool overflows in avg * prod(kernel) (4 * 200 ** 2 / 4 * 4 = 160000, past
+  65504) and gives inf; jaxops.torch computes in float32 and rounds once: 400, the float64
+  result. docs/DEVIATIONS.md, jaxops.torch 11."""
+  x = np.full((1, 1, 2, 2), 200.0)
+  assert torch.isinf(TF.lp_pool2d(torch.tensor(x).half(), 2, 2)).all()
+  assert TF.lp_pool2d(torch.tensor(x), 2, 2).item() == 400.0
+  y = F.lp_pool2d(jnp.asarray(x, jnp.float16), 2, 2)
+  assert y.dtype == jnp.float16 and float(y.ravel()[0]) == 400.0
+
+
 def test_interpolate_infinite_input_deviation_is_pinned():
   """docs/DEVIATIONS.md, jaxops.torch 9: an inf among zeros reaches only the outputs that weigh
   it in jaxops.torch; torch's zero-weight taps (and its pass over the kept height) give NaN."""
