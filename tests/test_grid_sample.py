@@ -117,6 +117,45 @@ def test_non_finite_grid():
   np.testing.assert_array_equal(yi.ravel(), [0, 0, 0])
 
 
+_INF_AT_THE_EDGE = [  # (x, grid, align_corners, padding modes where the three oracles agree)
+    (np.array([[[[1.0, np.inf, 3.0, 4.0, 5.0]]]]), [[-0.25, 0.0]], True, ("zeros",)),
+    (np.array([[[[1.0, 2.0], [3.0, -np.inf]]]]), [[1.0, 1.0]], False,
+     ("zeros", "border", "reflection"))]
+
+
+@pytest.mark.xfail(strict=True, reason="known defect, docs/DEVIATIONS.md GridSample 7: a tap "
+                   "outside the input is clipped onto the edge pixel with weight 0, and "
+                   "0 * inf is NaN")
+@pytest.mark.parametrize("case", range(len(_INF_AT_THE_EDGE)))
+def test_infinite_pixel_beside_a_tap_outside_the_input(case):
+  """torch, onnxruntime and onnx.reference read a tap outside the input as the padding's 0 (or
+  do not clip a border coordinate within half a pixel of the edge), so an infinite edge pixel
+  weighed by the other tap gives +-inf; jaxops gives NaN (found by a random sweep). Strict: a
+  fix turns this into a failure, to be moved to the passing tests."""
+  import onnxruntime as ort
+  from onnx import TensorProto
+  x, grid, ac, paddings = _INF_AT_THE_EDGE[case]
+  g = np.array([grid])[:, None]
+  for pad in paddings:
+    want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g), padding_mode=pad,
+                                           align_corners=ac).numpy()
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("GridSample", ["x", "g"], ["y"], padding_mode=pad,
+                          align_corners=int(ac))], "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape)),
+         helper.make_tensor_value_info("g", TensorProto.DOUBLE, list(g.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)]),
+        opset_imports=[helper.make_opsetid("", 22)])
+    model.ir_version = 10
+    feeds = {"x": x, "g": g}
+    np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feeds)[0], want)
+    np.testing.assert_array_equal(ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0], want)
+    assert np.isinf(want).all()
+    np.testing.assert_array_equal(np.asarray(jaxops.grid_sample(
+        x, g, padding_mode=pad, align_corners=ac)), want, err_msg=pad)
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_finite_grid_whose_pixel_coordinate_overflows_reflects(mode, align_corners):

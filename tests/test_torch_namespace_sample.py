@@ -590,6 +590,16 @@ def test_non_finite_grid_deviation_is_pinned():
     assert np.isnan(F.grid_sample(x4.numpy(), g4.numpy(), "bilinear", pad, False)).all()
     assert np.isnan(F.grid_sample(x4[:, :, None].numpy(), g5.numpy(), "bilinear", pad,
                                   False)).all()
+  # Finite float32 grid values past 2**31 pixels: torch's 4-D kernel reads pixel 0 (an int32
+  # overflow), its 5-D kernel reflects the float32 coordinate, as jaxops.torch does
+  x = np.arange(7, dtype=np.float32).reshape(1, 1, 1, 7)
+  for v, ac in ((4.5e9, False), (8.5e9, True)):
+    g = np.array([[[[v, 0.0]]]], np.float32)
+    y4 = TF.grid_sample(torch.tensor(x), torch.tensor(g), "bilinear", "reflection", ac).item()
+    g5 = torch.tensor(np.append(g, np.float32(0))).reshape(1, 1, 1, 1, 3)
+    y5 = TF.grid_sample(torch.tensor(x)[:, :, None], g5, "bilinear", "reflection", ac).item()
+    assert y4 == 0.0 and y5 != 0.0, (v, y4, y5)
+    assert F.grid_sample(x, g, "bilinear", "reflection", ac).item() == y5
 
 
 def test_signatures_are_torchs():
