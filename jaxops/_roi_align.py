@@ -307,11 +307,14 @@ def _max_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
           + ix[:, None, :, None, :, None, :])                               # (R,P,Q,Ky,Kx,2,2)
   wts = wy[:, :, None, :, None, :, None] * wx[:, None, :, None, :, None, :]
   rows = _rows(xt, b, flat.reshape(num, -1)).reshape(*flat.shape, c)
+  ok = vy[:, :, None, :, None] & vx[:, None, :, None, :]                    # (R,P,Q,Ky,Kx)
+  # the samples past the count read 0, not their clipped rows: the weights' cotangent is the
+  # rows, and a masked sample's row holding inf gave the boxes' gradient 0 * inf = NaN
+  rows = jnp.where(ok[..., None, None, None], rows, 0)
   if cfg.corner_max:
     vals = jnp.max(wts[..., None] * rows, axis=(5, 6))
   else:
     vals = jnp.sum(wts[..., None] * rows, axis=(5, 6))                     # (R,P,Q,Ky,Kx,C)
-  ok = vy[:, :, None, :, None] & vx[:, None, :, None, :]                    # (R,P,Q,Ky,Kx)
   vals = jnp.where(ok[..., None], vals, -jnp.inf)
   return _max_finish(jnp.max(vals, axis=(3, 4)), outy, outx)
 
@@ -550,11 +553,51 @@ def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
     ax = _dense(ix, wx, w_len)                                              # (R, Q, W)
     onehot = (b[:, None] == jnp.arange(n, dtype=b.dtype)[None, :]).astype(cdt)  # (R, N)
     x4 = xt.reshape(n, h, w_len, c)
-    # Z[n, h, r, q, c] = sum_w X[n, h, w, c] Ax[r, q, w]; then rows of the roi's own image.
-    z = jnp.einsum("nhwc,rqw->rnhqc", x4, ax, precision=hi)
-    z = jnp.einsum("rnhqc,rn->rhqc", z, onehot, precision=hi)
-    out = jnp.einsum("rph,rhqc->rpqc", ay, z, precision=hi)
+
+    def contract(img: jax.Array, my: jax.Array, mx: jax.Array) -> jax.Array:
+      # Z[n, h, r, q, c] = sum_w X[n, h, w, c] Ax[r, q, w]; then rows of the roi's own image.
+      z = jnp.einsum("nhwc,rqw->rnhqc", img, mx, precision=hi)
+      z = jnp.einsum("rnhqc,rn->rhqc", z, onehot, precision=hi)
+      return jnp.einsum("rph,rhqc->rpqc", my, z, precision=hi)
+
+    def non_finite() -> jax.Array:
+      # The contraction multiplies every pixel of every image by a weight, mostly 0, and
+      # 0 * inf is NaN: with a non-finite pixel anywhere, the finite pixels are contracted
+      # alone and each bin takes the value the samples' own terms give (RoiAlign's sum of
+      # weight * corner over the samples it uses): NaN where a term reads NaN, or reads +-inf
+      # with weight 0, or the terms reach both infinities; else +-inf where a term of positive
+      # weight reads it.
+      ty, zy, py = _touched(iy, wy, h, cdt)
+      tx, zx, px = _touched(ix, wx, w_len, cdt)
+      finite = contract(jnp.where(jnp.isfinite(x4), x4, 0), ay, ax)
+
+      def hits(mask: jax.Array, my: jax.Array, mx: jax.Array) -> jax.Array:
+        return contract(mask.astype(cdt), my, mx) > 0
+
+      inf = jnp.isinf(x4)
+      pos = hits(x4 == jnp.inf, py, px)
+      neg = hits(x4 == -jnp.inf, py, px)
+      nan = (hits(jnp.isnan(x4), ty, tx) | hits(inf, zy, tx) | hits(inf, ty, zx)
+             | (pos & neg))
+      big = jnp.where(pos, jnp.inf, -jnp.inf).astype(cdt)
+      return jnp.where(nan, jnp.nan, jnp.where(pos | neg, big, finite))
+
+    out = jax.lax.cond(_checks.any_true(~jnp.isfinite(xt)), non_finite,
+                       lambda: contract(x4, ay, ax))
   return out / count[:, None, None, None]
+
+
+def _touched(idx: jax.Array, w: jax.Array, length: int, cdt: Any
+             ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(R, P, length) indicators (0 or 1, of ``cdt``) of the pixels that the used samples' two
+  taps (``_axis``: an unused sample has both weights 0, a used one weights summing to 1) read:
+  at all, with weight 0, and with a positive weight."""
+  used = (w[..., 0] + w[..., 1] > 0)[..., None, None]                     # (R, P, K, 1, 1)
+  pixels = jnp.arange(length, dtype=idx.dtype).reshape((1,) * idx.ndim + (length,))
+  hit = (idx[..., None] == pixels) & used                                # (R, P, K, 2, L)
+  zero = (w == 0)[..., None]
+  return tuple(jnp.any(m, axis=(2, 3)).astype(cdt)  # type: ignore[return-value]
+               for m in (hit, hit & zero, hit & ~zero))
 
 
 def _rows(xt: jax.Array, b: jax.Array, flat: jax.Array) -> jax.Array:

@@ -161,6 +161,52 @@ def _oracles(x, rois, reference=True, **attrs):
           ReferenceEvaluator(model).run(None, feeds)[0] if reference else None)
 
 
+def test_non_finite_pixels_reach_only_the_bins_that_read_them():
+  """The dense plan (adaptive counts on small calls; the boxes' derivatives) multiplied every
+  pixel of every image by a weight, mostly 0: an inf or NaN anywhere in the batch made every
+  box's bins NaN (found by a random sweep). Against onnxruntime and onnx.reference image by
+  image, boxes inside the map (a sample outside it reads pixel (0, 0) with weight 0 there:
+  DEVIATIONS RoiAlign 7)."""
+  rng = np.random.default_rng(31)
+  non_finite = 0
+  for _ in range(12):
+    h, w = (int(v) for v in rng.integers(4, 10, 2))
+    x = rng.standard_normal((2, 2, h, w))
+    for _ in range(int(rng.integers(1, 4))):
+      x[tuple(int(rng.integers(0, d)) for d in x.shape)] = rng.choice([np.inf, -np.inf, np.nan])
+    lo = rng.uniform(0, [w - 1, h - 1], size=(5, 2))
+    rois = np.concatenate([lo, lo + rng.uniform(0, 1, (5, 2)) * ([w - 1, h - 1] - lo)], 1)
+    b = rng.integers(0, 2, 5)
+    kw = dict(mode="avg", output_height=2, output_width=3, sampling_ratio=0)
+    got = np.asarray(jaxops.roi_align(x, rois, b, **kw))
+    for img in (0, 1):
+      if not (b == img).any():
+        continue
+      want, ref = _oracles(x[img:img + 1], rois[b == img], **kw)
+      np.testing.assert_array_equal(ref, want)
+      np.testing.assert_allclose(got[b == img], want, rtol=1e-12, atol=1e-12)
+      non_finite += int((~np.isfinite(want)).sum())
+  assert non_finite > 0  # some bins do read the non-finite pixels
+
+
+def test_max_mode_box_gradient_with_an_unread_inf():
+  """Masked samples read 0, not their clipped rows: a row holding an inf that no counted sample
+  reads gave the boxes' gradient 0 * inf = NaN (found by a random sweep). Central
+  differences of the forward, which is finite, in float64."""
+  x = np.zeros((1, 1, 8, 8))
+  x[0, 0, :4, :4] = np.arange(16.0).reshape(4, 4)
+  x[0, 0, 7, 7] = np.inf
+  rois = np.array([[0.3, 0.4, 2.6, 2.2]])
+  b = np.zeros(1, np.int64)
+  f = lambda r: jnp.sum(jaxops.roi_align(x, r, b, mode="max", output_height=2,  # noqa: E731
+                                         output_width=2, sampling_ratio=0))
+  g = np.asarray(jax.grad(f)(rois))
+  step = 1e-6
+  want = [(float(f(rois + step * e)) - float(f(rois - step * e))) / (2 * step)
+          for e in np.eye(4).reshape(4, 1, 4)]
+  np.testing.assert_allclose(g.ravel(), want, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("case", ["count", "edge_low", "edge_high"])
 def test_divisions_are_rounded_once_as_the_reference_divides(case):
   # XLA rewrites x / 7 into x * (1 / 7): ceil(21 / 7) came out as 4 samples per bin (float32),
