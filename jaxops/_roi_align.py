@@ -596,8 +596,11 @@ def _touched(idx: jax.Array, w: jax.Array, length: int, cdt: Any
   pixels = jnp.arange(length, dtype=idx.dtype).reshape((1,) * idx.ndim + (length,))
   hit = (idx[..., None] == pixels) & used                                # (R, P, K, 2, L)
   zero = (w == 0)[..., None]
-  return tuple(jnp.any(m, axis=(2, 3)).astype(cdt)  # type: ignore[return-value]
-               for m in (hit, hit & zero, hit & ~zero))
+
+  def rows(m: jax.Array) -> jax.Array:
+    return jnp.any(m, axis=(2, 3)).astype(cdt)
+
+  return rows(hit), rows(hit & zero), rows(hit & ~zero)
 
 
 def _rows(xt: jax.Array, b: jax.Array, flat: jax.Array) -> jax.Array:

@@ -1132,6 +1132,7 @@ def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
     raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with optional "
                      f"0 dim batch size for input; got shape {tuple(shape)}")
   spatial = shape[len(shape) - nd:]
+  out = []
   for n, kv, sv, pv, e in zip(spatial, k, s, p, ext):
     o = (n + 2 * pv - e + (sv - 1 if ceil_mode else 0)) // sv + 1
     if ceil_mode and (o - 1) * sv >= n + pv:
@@ -1139,9 +1140,8 @@ def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
     if o < 1:
       raise ValueError(f"{op}: Given input size {tuple(spatial)}, the calculated output size "
                        f"is too small (kernel_size {k}, stride {s}, padding {p}, dilation {d})")
-  for axis, (n, kv, sv, pv, dv) in enumerate(zip(spatial, k, s, p, d)):
-    o = (n + 2 * pv - (dv * (kv - 1) + 1) + (sv - 1 if ceil_mode else 0)) // sv + 1
-    o -= bool(ceil_mode and (o - 1) * sv >= n + pv)
+    out.append(o)
+  for axis, (n, o, kv, sv, pv, dv) in enumerate(zip(spatial, out, k, s, p, d)):
     taps = (np.arange(o) * sv - pv)[:, None] + np.arange(kv) * dv
     empty = ~((taps >= 0) & (taps < n)).any(axis=1)
     if empty.any():  # torch returns -inf with an index outside the input (DEVIATIONS.md)
