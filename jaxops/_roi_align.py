@@ -21,9 +21,11 @@ ladder of sizes, the rows a bin reads merged), or the general plan when its boxe
 derivatives of that path come from the general plan. ``mode="max"`` needs each sample's value:
 calls with many output elements run a loop over the samples on chunks of rois (each sample's
 four corner rows gathered, weighted and folded into a running maximum, one fused loop per
-sample; adaptive counts loop only as far as each chunk's largest count); smaller calls and the
-derivatives gather every sample's corner rows at once (the static bound with adaptive counts:
-pass ``max_sampling_ratio`` to bound that cost).
+sample; adaptive counts loop only as far as each chunk's largest count); smaller calls gather
+every sample's corner rows at once (the static bound with adaptive counts: pass
+``max_sampling_ratio`` to bound that cost). Its derivative is that of each output's winning
+sample (the first in loop order on ties): the sample loop once more, keeping which sample won,
+then that sample alone read as a function of the map and the boxes, at the output's cost.
 """
 
 from __future__ import annotations
@@ -103,11 +105,13 @@ def roi_align(x: ArrayLike, rois: ArrayLike, batch_indices: ArrayLike, *, mode: 
   it uses per-axis weight matrices (cost per roi about ``C * output_height * H * W * N``).
   ``mode="max"``, for calls with many output elements, loops over the samples on chunks of boxes,
   as far as each chunk's largest count (cost per roi about ``4 * C * output_height *
-  output_width * g_h * g_w`` for that largest count); smaller calls, and the derivatives,
-  evaluate every sample of the static bound (cost per roi about ``4 * C * output_height *
-  output_width * (H + 2) * (W + 2)``, and that much memory). ``max_sampling_ratio`` (static) caps
-  the adaptive count at ``min(g, max_sampling_ratio)`` and bounds the cost by it; it is exact for
-  boxes whose adaptive count does not exceed it.
+  output_width * g_h * g_w`` for that largest count); smaller calls evaluate every sample of
+  the static bound (cost per roi about ``4 * C * output_height * output_width * (H + 2) *
+  (W + 2)``, and that much memory). ``max_sampling_ratio`` (static) caps the adaptive count at
+  ``min(g, max_sampling_ratio)`` and bounds the cost by it; it is exact for boxes whose adaptive
+  count does not exceed it. The derivative of ``mode="max"`` is that of each output's largest
+  sample (the first in sampling order on ties, as ``max_pool``'s): the sample loop once more,
+  then that sample alone, a few gathers of the output's size.
 
   Args:
     x: feature map ``(N, C, H, W)``, floating.
@@ -295,9 +299,9 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
 
 def _max_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int,
                  w_len: int, cdt: Any) -> jax.Array:
-  """mode="max", ``(R, P, Q, C)``: every sample of every bin gathered at once (the corner rows
-  of all of them, ``(R, P * Q * Ky * Kx * 4, C)``), then the maxima. Its derivative is the
-  derivative of ``max_pool``-like reductions: at ties the maximum's gradient is shared."""
+  """mode="max" of small calls, ``(R, P, Q, C)``: every sample of every bin gathered at once
+  (the corner rows of all of them, ``(R, P * Q * Ky * Kx * 4, C)``), then the maxima. Only the
+  value: the derivative is ``_max_at``'s (see ``_max``)."""
   num = rois.shape[0]
   c = xt.shape[2]
   iy, wy, vy, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
@@ -308,9 +312,6 @@ def _max_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
   wts = wy[:, :, None, :, None, :, None] * wx[:, None, :, None, :, None, :]
   rows = _rows(xt, b, flat.reshape(num, -1)).reshape(*flat.shape, c)
   ok = vy[:, :, None, :, None] & vx[:, None, :, None, :]                    # (R,P,Q,Ky,Kx)
-  # the samples past the count read 0, not their clipped rows: the weights' cotangent is the
-  # rows, and a masked sample's row holding inf gave the boxes' gradient 0 * inf = NaN
-  rows = jnp.where(ok[..., None, None, None], rows, 0)
   if cfg.corner_max:
     vals = jnp.max(wts[..., None] * rows, axis=(5, 6))
   else:
@@ -330,77 +331,136 @@ def _max_finish(out: jax.Array, outy: jax.Array, outx: jax.Array) -> jax.Array:
 def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_len: int,
          cdt: Any) -> jax.Array:
   """mode="max": ``(R, P, Q, C)``. Calls with many output elements take the sample loop on
-  chunks of rois (``_max_samples``), whose derivative is the general plan's; smaller ones, and
-  the derivatives, the general plan."""
-  general = functools.partial(_max_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+  chunks of rois (``_max_samples``), smaller ones the general plan. The derivative is that of
+  the winning value alone: the sample loop once more, keeping which sample (and, for
+  ``corner_max``, which corner) each output took, the first in loop order on ties
+  (``_max_scan``), then that sample's value as a function of ``xt`` and the boxes
+  (``_max_at``), so that it costs the output's size, not the static bound's."""
+  kw: dict[str, Any] = dict(cfg=cfg, h=h, w_len=w_len, cdt=cdt)
   c = xt.shape[2]
   num = rois.shape[0]
-  if num * cfg.out_h * cfg.out_w * c < _MIN_ELEMENTS:
-    return general(xt, rois, b)
+  small = num * cfg.out_h * cfg.out_w * c < _MIN_ELEMENTS
   chunk = max(1, min(num, _CHUNK_BYTES // (cfg.out_h * cfg.out_w * c * np.dtype(cdt).itemsize)))
 
   @jax.custom_jvp
-  def sample_loop(xt: jax.Array, rois: jax.Array, b: jax.Array) -> jax.Array:
-    body = functools.partial(_max_samples, xt, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
-    return _chunked(body, rois, b, chunk)
+  def pooled(xt: jax.Array, rois: jax.Array, b: jax.Array) -> jax.Array:
+    if small:
+      return _max_general(xt, rois, b, **kw)
+    return _chunked(functools.partial(_max_samples, xt, **kw), rois, b, chunk)
 
-  @sample_loop.defjvp
+  @pooled.defjvp
   def _(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
-    _, dout = jax.jvp(lambda a, r: general(a, r, primals[2]), primals[:2], tangents[:2])
-    return sample_loop(*primals), dout
+    xt, rois, b = primals
+    win = _max_scan(*jax.lax.stop_gradient((xt, rois)), b, winners=True, **kw)
+    _, dout = jax.jvp(lambda a, r: _max_at(a, r, b, win, **kw), (xt, rois), tangents[:2])
+    return pooled(*primals), dout
 
-  return sample_loop(xt, rois, b)
+  return pooled(xt, rois, b)
 
 
 def _max_samples(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int,
                  w_len: int, cdt: Any) -> jax.Array:
-  """The sample loop of mode="max", ``(R, P, Q, C)``: for each sample of the bins (a loop over
-  the rows' samples; the columns' unrolled for a fixed ratio up to 8, else a loop too; adaptive
-  counts loop only as far as the chunk's largest count), its four corner rows
-  gathered from the channels-last ``xt`` and weighted, and a running maximum, all in one fused
-  loop per sample: no ``(samples x channels)`` intermediate, where the general plan
-  materialises every sample's corner rows (512 rois, 7x7 bins, 2x2 samples, 256 channels:
-  411 MB)."""
+  """The sample loop of mode="max", ``(R, P, Q, C)``: see ``_max_scan``. No ``(samples x
+  channels)`` intermediate, where the general plan materialises every sample's corner rows (512
+  rois, 7x7 bins, 2x2 samples, 256 channels: 411 MB)."""
+  return _max_scan(xt, rois, b, winners=False, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+
+
+def _max_scan(xt: jax.Array, rois: jax.Array, b: jax.Array, *, winners: bool, cfg: _Config,
+              h: int, w_len: int, cdt: Any) -> jax.Array:
+  """For each sample of the bins (a loop over the rows' samples; the columns' unrolled for a
+  fixed ratio up to 8, else a loop too; adaptive counts loop only as far as the rois' largest
+  count), its four corner rows gathered from the channels-last ``xt`` and weighted, and a
+  running maximum, all in one fused loop per sample. Returns the bins' values ``(R, P, Q, C)``,
+  or with ``winners`` the number of the sample each took (``ky * Kx + kx``; times 4 plus the
+  corner for ``corner_max``), the first in loop order on ties, NaN over any number, -1 where
+  no sample counts."""
   iy, wy, vy, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
   ix, wx, vx, outx, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
   base = b[:, None, None] * (h * w_len)
   table = xt.reshape(-1, xt.shape[2])
-  combine = jnp.maximum if cfg.corner_max else operator.add
+  kxn = ix.shape[2]
 
-  def sample(ky: Any, kx: Any, acc: jax.Array) -> jax.Array:
+  def sample(ky: Any, kx: Any, state: Any) -> Any:
     iy_k = jax.lax.dynamic_index_in_dim(iy, ky, axis=2, keepdims=False)   # (R, P, 2)
     wy_k = jax.lax.dynamic_index_in_dim(wy, ky, axis=2, keepdims=False)
     vy_k = jax.lax.dynamic_index_in_dim(vy, ky, axis=2, keepdims=False)   # (R, P)
     ix_k = jax.lax.dynamic_index_in_dim(ix, kx, axis=2, keepdims=False)   # (R, Q, 2)
     wx_k = jax.lax.dynamic_index_in_dim(wx, kx, axis=2, keepdims=False)
     vx_k = jax.lax.dynamic_index_in_dim(vx, kx, axis=2, keepdims=False)
+    ok = (vy_k[:, :, None] & vx_k[:, None, :])[..., None]
 
     def corner(a: int, e: int) -> jax.Array:  # (R, P, Q, C)
       wt = wy_k[:, :, None, a] * wx_k[:, None, :, e]
       flat = base + iy_k[:, :, None, a] * w_len + ix_k[:, None, :, e]
       return wt[..., None] * table.at[flat].get(mode="promise_in_bounds")
 
-    val = functools.reduce(combine, [corner(a, e) for a in range(2) for e in range(2)])
-    ok = vy_k[:, :, None] & vx_k[:, None, :]
-    return jnp.maximum(acc, jnp.where(ok[..., None], val, -jnp.inf))
+    corners = [corner(a, e) for a in range(2) for e in range(2)]
+    if not winners:
+      combine = jnp.maximum if cfg.corner_max else operator.add
+      return jnp.maximum(state, jnp.where(ok, functools.reduce(combine, corners), -jnp.inf))
+    acc, win = state
+    number = ky * kxn + kx
+    vals = ([(v, number * 4 + j) for j, v in enumerate(corners)] if cfg.corner_max
+            else [(functools.reduce(operator.add, corners), number)])
+    for v, n in vals:
+      v = jnp.where(ok, v, -jnp.inf)
+      better = (v > acc) | (jnp.isnan(v) & ~jnp.isnan(acc))
+      acc, win = jnp.where(better, v, acc), jnp.where(better, n, win)
+    return acc, win
 
-  # A bin's valid samples come first (``_axis``), so the chunk needs as many samples per axis as
-  # its bins have valid ones at most: with adaptive counts the loops run to that (traced) count
+  # A bin's valid samples come first (``_axis``), so the loops need as many samples per axis as
+  # the bins have valid ones at most: with adaptive counts they run to that (traced) count
   # rather than to the static bound.
   adaptive = cfg.sampling_ratio == 0
   ny = jnp.max(jnp.sum(vy, axis=-1)) if adaptive else iy.shape[2]
-  nx = jnp.max(jnp.sum(vx, axis=-1)) if adaptive else ix.shape[2]
+  nx = jnp.max(jnp.sum(vx, axis=-1)) if adaptive else kxn
 
-  def row(ky: Any, acc: jax.Array) -> jax.Array:
-    if not adaptive and ix.shape[2] <= 8:
-      for kx in range(ix.shape[2]):
-        acc = sample(ky, kx, acc)
-      return acc
-    return jax.lax.fori_loop(0, nx, lambda kx, a: sample(ky, kx, a), acc)
+  def row(ky: Any, state: Any) -> Any:
+    if not adaptive and kxn <= 8:
+      for kx in range(kxn):
+        state = sample(ky, kx, state)
+      return state
+    return jax.lax.fori_loop(0, nx, lambda kx, s: sample(ky, kx, s), state)
 
   acc = jnp.full((rois.shape[0], cfg.out_h, cfg.out_w, xt.shape[2]), -jnp.inf, cdt)
-  acc = jax.lax.fori_loop(0, ny, row, acc)
-  return _max_finish(acc, outy, outx)
+  if winners:
+    return jax.lax.fori_loop(0, ny, row, (acc, jnp.full(acc.shape, -1, jnp.int32)))[1]
+  return _max_finish(jax.lax.fori_loop(0, ny, row, acc), outy, outx)
+
+
+def _max_at(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.Array, *, cfg: _Config,
+            h: int, w_len: int, cdt: Any) -> jax.Array:
+  """The bins' values ``(R, P, Q, C)`` read at the samples ``win`` (``_max_scan``'s winners)
+  alone, as functions of ``xt`` and the boxes: the derivative of mode="max"."""
+  iy, wy, _, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
+  ix, wx, _, outx, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
+  num, p_len, q_len, c = win.shape
+  number = jnp.maximum(win, 0)
+  if cfg.corner_max:
+    number, which = number // 4, number % 4
+  ky, kx = number // ix.shape[2], number % ix.shape[2]
+  # flat (one-component) indices: XLA's gathers and scatters of rows are faster so
+  r = jnp.arange(num).reshape(-1, 1, 1, 1)
+  at_y = (r * p_len + jnp.arange(p_len).reshape(1, -1, 1, 1)) * iy.shape[2] + ky
+  at_x = (r * q_len + jnp.arange(q_len).reshape(1, 1, -1, 1)) * ix.shape[2] + kx
+  iy_w, wy_w = (v.reshape(-1, 2).at[at_y].get(mode="promise_in_bounds") for v in (iy, wy))
+  ix_w, wx_w = (v.reshape(-1, 2).at[at_x].get(mode="promise_in_bounds") for v in (ix, wx))
+  table = _checks.replicated(xt).reshape(-1)
+  base = b.reshape(-1, 1, 1, 1) * (h * w_len)
+  channel = jnp.arange(c).reshape(1, 1, 1, c)
+
+  def corner(a: int, e: int) -> jax.Array:  # (R, P, Q, C)
+    flat = (base + iy_w[..., a] * w_len + ix_w[..., e]) * c + channel
+    return wy_w[..., a] * wx_w[..., e] * table.at[flat].get(mode="promise_in_bounds")
+
+  corners = [corner(a, e) for a in range(2) for e in range(2)]
+  if cfg.corner_max:
+    val = functools.reduce(lambda acc, j: jnp.where(which == j, corners[j], acc),
+                           range(1, 4), corners[0])
+  else:
+    val = functools.reduce(operator.add, corners)
+  return _max_finish(jnp.where(win >= 0, val, -jnp.inf), outy, outx)
 
 
 # The tap plan (one gather and multiply-add per pair of rows read, accumulated in registers)
