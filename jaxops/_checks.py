@@ -327,7 +327,9 @@ def static_float(op: str, arg: str, value: Any, *, finite: bool = True) -> float
     raise type_error(op, arg, value, "a float") from None
   if finite and not np.isfinite(out):
     raise value_error(op, arg, value, "a finite float")
-  return out
+  # one NaN object for every NaN: configurations compare as tuples, which take identical
+  # objects as equal, so a NaN option keeps its jit cache entry (NaN != NaN otherwise)
+  return math.nan if math.isnan(out) else out
 
 
 _HALF_DTYPES = (np.dtype(jax.numpy.float16), np.dtype(jax.numpy.bfloat16))

@@ -178,7 +178,8 @@ def resize(x: ArrayLike, *, sizes: Sequence[int] | None = None,
   Raises:
     TypeError: a shape-deciding argument or a static option is traced; a non-numeric dtype
       with linear/cubic; ``exclude_outside``/``antialias`` not a bool (or 0/1);
-      ``cubic_coeff_a``/``extrapolation_value`` not a number.
+      ``cubic_coeff_a``/``extrapolation_value`` not a number (``extrapolation_value`` may be
+      NaN or infinite).
     ValueError: both or neither of ``sizes``/``scales``; wrong lengths; non-positive scales;
       negative sizes; bad or repeated axes; an unknown mode string; a ``roi`` of the wrong
       length; ``antialias`` with mode="nearest"; a non-finite float option; an output that
@@ -282,7 +283,8 @@ def _parse_options(mode: Any, coord: Any, nearest_mode: Any, cubic_coeff_a: Any,
       policy=KeepAspectRatioPolicy.from_string(_OP, "keep_aspect_ratio_policy", policy),
       cubic_coeff_a=_checks.static_float(_OP, "cubic_coeff_a", cubic_coeff_a),
       exclude_outside=_checks.static_bool(_OP, "exclude_outside", exclude_outside),
-      extrapolation_value=_checks.static_float(_OP, "extrapolation_value", extrapolation_value),
+      extrapolation_value=_checks.static_float(_OP, "extrapolation_value", extrapolation_value,
+                                               finite=False),
       antialias=_checks.static_bool(_OP, "antialias", antialias))
   if opts.antialias and m is Mode.NEAREST:
     raise _checks.value_error(_OP, "antialias", antialias,
@@ -615,9 +617,10 @@ def _fill_value(value: float, dtype: Any) -> Any:
   """extrapolation_value in ``dtype``: integers round half to even and saturate (as outputs)."""
   if dtype == jnp.bool_:
     return np.bool_(value != 0)
-  if jnp.issubdtype(dtype, jnp.integer):
+  if jnp.issubdtype(dtype, jnp.integer):  # (NaN gives 0, as Cast's float -> integer does)
     info = np.iinfo(np.dtype(dtype))
-    return np.array(min(max(np.round(value), info.min), info.max)).astype(np.dtype(dtype))
+    value = 0.0 if math.isnan(value) else min(max(np.round(value), info.min), info.max)
+    return np.array(value).astype(np.dtype(dtype))
   return jnp.asarray(value, dtype)
 
 

@@ -192,3 +192,62 @@ def test_antialiased_downsampling_by_a_large_factor_matches_onnxruntime():
     np.testing.assert_allclose(np.asarray(jaxops.resize(x, sizes=(1, 2, 1, 1), mode=mode,
                                                         antialias=True)),
                                _ort(model, x), rtol=2e-6, atol=2e-6)
+
+
+# --- a non-finite extrapolation_value ------------------------------------------------------------
+
+
+def test_deviation_non_finite_extrapolation_value():
+  """docs/DEVIATIONS.md, Resize 14: the spec's extrapolation_value is any float, "used as the
+  corresponding output value" outside the crop; NaN (a common mark of the area outside a crop)
+  and inf were a ValueError (found by a sweep). NaN and inf as onnxruntime gives them;
+  onnx.reference saturates inf to the largest float32 (and has NaN at one point). Unused outside tf_crop_and_resize; no
+  retrace for a NaN that is another object each call."""
+  roi = helper.make_tensor("roi", TensorProto.FLOAT, [8], [0, 0, -0.5, -0.5, 1, 1, 1, 1])
+  sizes = helper.make_tensor("sizes", TensorProto.INT64, [4], [1, 1, 3, 3])
+  x = np.arange(24, dtype=np.float32).reshape(1, 1, 4, 6)
+  for value in (float("nan"), float("inf"), -float("inf")):
+    model = _model(19, [1, 1, 4, 6], ["X", "roi", "", "sizes"], [roi, sizes], mode="linear",
+                   coordinate_transformation_mode="tf_crop_and_resize",
+                   extrapolation_value=value)
+    ours = np.asarray(Backend.prepare(model).run([x])[0])
+    theirs = _ort(model, x)
+    np.testing.assert_array_equal(ours, theirs)
+    assert (np.isnan(ours) if np.isnan(value) else np.isinf(ours)).sum() == 5
+    with np.errstate(invalid="ignore"):  # the reference multiplies its fill by 0 inside the crop
+      ref = ReferenceEvaluator(model).run(None, {"X": x})[0]
+    outside = ~np.isfinite(ours)
+    np.testing.assert_array_equal(ours[~outside], ref[~outside])
+    if not np.isnan(value):  # the reference: the largest float32 (NaN where it took 0 * inf)
+      big = ref[outside] == np.copysign(np.finfo(np.float32).max, value)
+      assert big.sum() >= 3 and np.all(big | np.isnan(ref[outside]))
+  model = _model(19, [1, 1, 4, 6], ["X", "", "", "sizes"], [sizes], mode="linear",
+                 extrapolation_value=float("nan"))
+  np.testing.assert_allclose(np.asarray(Backend.prepare(model).run([x])[0]), _ort(model, x),
+                             rtol=1e-6)
+  from jaxops import _resize
+  kw = dict(sizes=[3, 3], roi=[-0.5, -0.5, 1, 1], axes=[2, 3], mode="linear",
+            coordinate_transformation_mode="tf_crop_and_resize")
+  seen = None
+  for _ in range(3):
+    y = jaxops.resize(x, extrapolation_value=float("nan"), **kw)  # a new NaN object each time
+    assert np.isnan(np.asarray(y)).sum() == 5
+    assert seen in (None, _resize._resize_jit._cache_size())  # compiled once
+    seen = _resize._resize_jit._cache_size()
+  u8 = jaxops.resize(x.astype(np.uint8), extrapolation_value=float("nan"), **kw)
+  assert (np.asarray(u8) == 0).sum() == 5  # NaN into an integer output: 0, as Cast gives it
+
+
+def test_deviation_onnxruntime_resize_10_two_axes_unchanged():
+  """docs/DEVIATIONS.md, Resize (the onnxruntime note, c): Resize-10 linear on a 2-D input with
+  scales [1.11, 1] comes back unchanged from onnxruntime 1.32; the spec (asymmetric: output row
+  i reads input row i / 1.11, floor(5 * 1.11) = 5 rows) gives the rows derived here."""
+  x = np.arange(10, dtype=np.float32).reshape(5, 2)
+  scales = helper.make_tensor("scales", TensorProto.FLOAT, [2], [1.11, 1])
+  model = _model(10, [5, 2], ["X", "scales"], [scales], mode="linear")
+  ours = np.asarray(Backend.prepare(model).run([x])[0])
+  pos = np.arange(5) / np.float32(1.11)
+  low = np.floor(pos).astype(int)
+  want = x[low] + (pos - low)[:, None] * (x[np.minimum(low + 1, 4)] - x[low])
+  np.testing.assert_allclose(ours, want, rtol=1e-6)
+  np.testing.assert_array_equal(_ort(model, x), x)  # onnxruntime: unchanged
