@@ -452,7 +452,8 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
           f"scale_factor in (s1, s2, ...,sK) format.")
     sf = scale_factor if isinstance(scale_factor, (list, tuple)) else (scale_factor,) * max(dim,
                                                                                            0)
-    scales = tuple(_checks.static_float(op, "scale_factor", _bool_as_number(v)) for v in sf)
+    raw = [_bool_as_number(v) for v in sf]
+    scales = tuple(_checks.static_float(op, "scale_factor", v) for v in raw)
     out = None
   else:
     raise ValueError(f"{op}: either size or scale_factor should be defined")
@@ -461,10 +462,14 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
     raise ValueError(f"{op}: recompute_scale_factor is not meaningful with an explicit size.")
   if mode == "area" and out is None:
     recompute = True
-  if out is None:
+  if out is None and recompute:
+    # torch computes these sizes in Python, ``int(length * scale_factor)``: the product in the
+    # scale's own type (a NumPy float32 scale multiplies in float32: 10 * 0.7 is 7 there, 6 in
+    # double), truncated toward zero (-0.8 gives an empty axis)
+    out = [int(shape[i + 2] * v) for i, v in enumerate(raw)]
+    scales = (None,) * len(out)
+  elif out is None:  # (the size its C++ kernels compute from the double scale)
     out = [int(math.floor(float(shape[i + 2]) * float(s or 0.0))) for i, s in enumerate(scales)]
-    if recompute:
-      scales = (None,) * len(out)
   if antialias and not (mode in ("bilinear", "bicubic", "lanczos") and len(shape) == 4):
     raise ValueError(f"{op}: Anti-alias option is restricted to bilinear, bicubic, and lanczos "
                      f"modes and requires a 4-D tensor as input")

@@ -110,6 +110,24 @@ def test_area_interpolate_to_size_zero_matches_torch(kw):
         _run(lambda: F.interpolate(x, mode="area", **kw)), str(kw))
 
 
+@pytest.mark.parametrize("kw", [
+    dict(scale_factor=np.float32(0.7), mode="area"),
+    dict(scale_factor=np.float32(0.7), mode="nearest", recompute_scale_factor=True),
+    dict(scale_factor=(np.float32(0.7), 1.3), mode="bilinear", recompute_scale_factor=True),
+    dict(scale_factor=np.float16(1.3), mode="linear", recompute_scale_factor=True),
+    dict(scale_factor=-0.2, mode="area")], ids=str)
+def test_recomputed_sizes_multiply_in_the_scale_type_and_truncate(kw):
+  """torch computes recomputed (and area's) output sizes in Python, ``int(length *
+  scale_factor)``: a NumPy float32 scale multiplies in float32 (10 * 0.7 is 7 there, 6 in
+  double) and the result truncates toward zero (a length of 4 times -0.2 is an empty axis for
+  area). jaxops.torch computed them in double and floored (found by a sweep)."""
+  rng = np.random.default_rng(31)
+  x = rng.standard_normal((2, 3, 4) if isinstance(kw["scale_factor"], float) else
+                          (2, 3, 10) if np.ndim(kw["scale_factor"]) == 0 else (2, 3, 10, 10))
+  _same(_run(lambda: TF.interpolate(torch.tensor(x), **kw)),
+        _run(lambda: F.interpolate(x, **kw)), str(kw))
+
+
 def test_scale_factor_true_is_one_as_in_torch():
   _same(_run(lambda: TF.interpolate(torch.tensor(_X4), scale_factor=True)),
         _run(lambda: F.interpolate(_X4, scale_factor=True)), "scale_factor=True")

@@ -507,8 +507,9 @@ def test_half_precision_lp_pool_overflow_deviation_is_pinned():
 
 
 def test_interpolate_infinite_input_deviation_is_pinned():
-  """docs/DEVIATIONS.md, jaxops.torch 9: an inf among zeros reaches only the outputs that weigh
-  it in jaxops.torch; torch's zero-weight taps (and its pass over the kept height) give NaN."""
+  """docs/DEVIATIONS.md, jaxops.torch 9: an inf (or NaN) among zeros reaches only the outputs
+  that weigh it in jaxops.torch; torch's zero-weight taps (and its pass over the kept height)
+  give NaN."""
   x = np.zeros((1, 1, 1, 7))
   x[..., 3] = np.inf
   inf, nan = np.inf, np.nan
@@ -521,6 +522,19 @@ def test_interpolate_infinite_input_deviation_is_pinned():
     np.testing.assert_array_equal(
         TF.interpolate(torch.tensor(x), size=(1, 4), **kw).numpy().ravel(), theirs)
     np.testing.assert_array_equal(np.asarray(F.interpolate(x, size=(1, 4), **kw)).ravel(), ours)
+  # a NaN as well (found by a sweep): it reaches the outputs that weigh it, in both
+  x[..., 3] = nan
+  for kw, ours, theirs in [
+      (dict(mode="bilinear"), [0, nan, nan, 0], [0, nan, nan, 0]),
+      (dict(mode="bilinear", align_corners=True), [0, 0, 0, 0], [0, nan, 0, 0]),
+      (dict(mode="bicubic"), [0, nan, nan, 0], [0, nan, nan, 0])]:
+    np.testing.assert_array_equal(
+        TF.interpolate(torch.tensor(x), size=(1, 4), **kw).numpy().ravel(), theirs)
+    np.testing.assert_array_equal(np.asarray(F.interpolate(x, size=(1, 4), **kw)).ravel(), ours)
+  row = np.array([[[1.0, nan, 3.0]]])
+  kw = dict(size=2, mode="linear", align_corners=True)
+  np.testing.assert_array_equal(TF.interpolate(torch.tensor(row), **kw).numpy().ravel(), [nan, 3])
+  np.testing.assert_array_equal(np.asarray(F.interpolate(row, **kw)).ravel(), [1, 3])
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
