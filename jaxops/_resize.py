@@ -636,6 +636,9 @@ def _traced_pass(y: jax.Array, p: _Axis, cfg: _Config, roi: jax.Array) -> jax.Ar
     shape[p.axis:p.axis + 1] = [out, k]
     taps = taps.reshape(shape)
     wshape = (1,) * p.axis + (out, k) + (1,) * (y.ndim - p.axis - 1)
+    # weight 0 at the extrapolated outputs: a NaN roi gives NaN weights there, and their
+    # product with the masked cotangent (0 * NaN) made the input's gradient NaN
+    w = jnp.where(_checks.along_axis(jnp.asarray(mask), 0, 2), jnp.zeros((), w.dtype), w)
     y = jnp.sum(taps * w.astype(y.dtype).reshape(wshape), axis=p.axis + 1)
   return _extrapolate(y, p.axis, mask, cfg.extrapolation_value)
 

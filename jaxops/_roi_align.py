@@ -37,6 +37,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 import numpy as np
 from jax.typing import ArrayLike
 
@@ -290,11 +291,15 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
   b = jnp.clip(batch_indices, 0, min(n - 1, int(jnp.iinfo(batch_indices.dtype).max)))
   b = b.astype(jnp.int32)
   xt = x.astype(cdt).reshape(n, c, h * w_len).transpose(0, 2, 1)        # (N, HW, C)
-  if cfg.mode is Mode.AVG:
-    out = _avg(xt, rois, b, cfg, h, w_len, cdt)                            # (R, P, Q, C)
-    return out.transpose(0, 3, 1, 2).astype(x.dtype)
-  out = _max(xt, rois, b, cfg, h, w_len, cdt)                              # (R, P, Q, C)
-  return out.transpose(0, 3, 1, 2).astype(x.dtype)
+  # A box with a NaN or infinite coordinate is pooled as the box 0 and given its bins
+  # (DEVIATIONS RoiAlign 4) after: its weights were NaN, and in the backward 0 * NaN reached
+  # the gradient of every box (the dense plan sums over every box and image).
+  bad = ~jnp.all(jnp.isfinite(rois), axis=1)
+  rois = jnp.where(bad[:, None], jnp.zeros((), rois.dtype), rois)
+  pool = _avg if cfg.mode is Mode.AVG else _max
+  out = pool(xt, rois, b, cfg, h, w_len, cdt).transpose(0, 3, 1, 2)      # (R, C, P, Q)
+  fill = 0.0 if cfg.mode is Mode.MAX and cfg.sampling_ratio == 0 else jnp.nan
+  return jnp.where(bad[:, None, None, None], fill, out).astype(x.dtype)
 
 
 def _max_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int,
@@ -378,7 +383,7 @@ def _max_scan(xt: jax.Array, rois: jax.Array, b: jax.Array, *, winners: bool, cf
   iy, wy, vy, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
   ix, wx, vx, outx, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
   base = b[:, None, None] * (h * w_len)
-  table = xt.reshape(-1, xt.shape[2])
+  table = _checks.replicated(xt).reshape(-1, xt.shape[2])
   kxn = ix.shape[2]
 
   def sample(ky: Any, kx: Any, state: Any) -> Any:
@@ -598,7 +603,6 @@ def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
   iy, wy, _, _, gy = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
   ix, wx, _, _, gx = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
   ky, kx = iy.shape[2], ix.shape[2]
-  hi = jax.lax.Precision.HIGHEST
   count = jnp.maximum(gy * gx, 1.0)                                        # (R,)
   gather_cost = cfg.out_h * cfg.out_w * (2 * ky) * (2 * kx)
   dense_cost = n * cfg.out_h * h * w_len + cfg.out_h * w_len * cfg.out_w
@@ -612,39 +616,72 @@ def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
     ay = _dense(iy, wy, h)                                                  # (R, P, H)
     ax = _dense(ix, wx, w_len)                                              # (R, Q, W)
     onehot = (b[:, None] == jnp.arange(n, dtype=b.dtype)[None, :]).astype(cdt)  # (R, N)
-    x4 = xt.reshape(n, h, w_len, c)
 
-    def contract(img: jax.Array, my: jax.Array, mx: jax.Array) -> jax.Array:
-      # Z[n, h, r, q, c] = sum_w X[n, h, w, c] Ax[r, q, w]; then rows of the roi's own image.
-      z = jnp.einsum("nhwc,rqw->rnhqc", img, mx, precision=hi)
-      z = jnp.einsum("rnhqc,rn->rhqc", z, onehot, precision=hi)
-      return jnp.einsum("rph,rhqc->rpqc", my, z, precision=hi)
-
-    def non_finite() -> jax.Array:
-      # The contraction multiplies every pixel of every image by a weight, mostly 0, and
-      # 0 * inf is NaN: with a non-finite pixel anywhere, the finite pixels are contracted
-      # alone and each bin takes the value the samples' own terms give (RoiAlign's sum of
-      # weight * corner over the samples it uses): NaN where a term reads NaN, or reads +-inf
-      # with weight 0, or the terms reach both infinities; else +-inf where a term of positive
-      # weight reads it.
-      ty, zy, py = _touched(iy, wy, h, cdt)
-      tx, zx, px = _touched(ix, wx, w_len, cdt)
-      finite = contract(jnp.where(jnp.isfinite(x4), x4, 0), ay, ax)
-
-      def hits(mask: jax.Array, my: jax.Array, mx: jax.Array) -> jax.Array:
-        return contract(mask.astype(cdt), my, mx) > 0
-
-      inf = jnp.isinf(x4)
-      pos = hits(x4 == jnp.inf, py, px)
-      neg = hits(x4 == -jnp.inf, py, px)
-      nan = (hits(jnp.isnan(x4), ty, tx) | hits(inf, zy, tx) | hits(inf, ty, zx)
-             | (pos & neg))
-      big = jnp.where(pos, jnp.inf, -jnp.inf).astype(cdt)
-      return jnp.where(nan, jnp.nan, jnp.where(pos | neg, big, finite))
-
-    out = jax.lax.cond(_checks.any_true(~jnp.isfinite(xt)), non_finite,
-                       lambda: contract(x4, ay, ax))
+    # (the rule below reads every array from its arguments: a custom_jvp closes over none)
+    out = _dense_avg(xt.reshape(n, h, w_len, c), ay, ax, onehot, iy, wy, ix, wx)
   return out / count[:, None, None, None]
+
+
+def _contract(img: jax.Array, my: jax.Array, mx: jax.Array, onehot: jax.Array) -> jax.Array:
+  """The dense plan's bins ``(R, P, Q, C)``: Z[n, h, r, q, c] = sum_w X[n, h, w, c] Ax[r, q, w];
+  then the rows of each roi's own image, weighted by Ay."""
+  hi = jax.lax.Precision.HIGHEST
+  z = jnp.einsum("nhwc,rqw->rnhqc", img, mx, precision=hi)
+  z = jnp.einsum("rnhqc,rn->rhqc", z, onehot, precision=hi)
+  return jnp.einsum("rph,rhqc->rpqc", my, z, precision=hi)
+
+
+def _dense_pooled(x4: jax.Array, my: jax.Array, mx: jax.Array, onehot: jax.Array,
+                  iy: jax.Array, wy: jax.Array, ix: jax.Array, wx: jax.Array) -> jax.Array:
+  """The dense plan's sums ``(R, P, Q, C)`` of the map ``x4`` (N, H, W, C) with the per-axis
+  weight matrices ``my``, ``mx`` (``_dense`` of the taps ``iy, wy`` and ``ix, wx``)."""
+  cdt = x4.dtype
+
+  def non_finite() -> jax.Array:
+    # The contraction multiplies every pixel of every image by a weight, mostly 0, and 0 * inf
+    # is NaN: with a non-finite pixel anywhere, the finite pixels are contracted alone and each
+    # bin takes the value the samples' own terms give (RoiAlign's sum of weight * corner over
+    # the samples it uses): NaN where a term reads NaN, or reads +-inf with weight 0, or the
+    # terms reach both infinities; else +-inf where a term of positive weight reads it.
+    ty, zy, py = _touched(iy, wy, x4.shape[1], cdt)
+    tx, zx, px = _touched(ix, wx, x4.shape[2], cdt)
+    finite = _contract(jnp.where(jnp.isfinite(x4), x4, 0), my, mx, onehot)
+
+    def hits(mask: jax.Array, hy: jax.Array, hx: jax.Array) -> jax.Array:
+      return _contract(mask.astype(cdt), hy, hx, onehot) > 0
+
+    inf = jnp.isinf(x4)
+    pos = hits(x4 == jnp.inf, py, px)
+    neg = hits(x4 == -jnp.inf, py, px)
+    nan = (hits(jnp.isnan(x4), ty, tx) | hits(inf, zy, tx) | hits(inf, ty, zx) | (pos & neg))
+    big = jnp.where(pos, jnp.inf, -jnp.inf).astype(cdt)
+    return jnp.where(nan, jnp.nan, jnp.where(pos | neg, big, finite))
+
+  return jax.lax.cond(_checks.any_true(~jnp.isfinite(x4)), non_finite,
+                      lambda: _contract(x4, my, mx, onehot))
+
+
+_dense_avg = jax.custom_jvp(_dense_pooled)
+
+
+def _dense_avg_jvp(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
+  # Linear in the map: its tangent is the contraction of the map's tangent, whatever the map
+  # holds (the branch for non-finite pixels masks them, and its wheres gave the bins that read
+  # one no gradient at all). The weights' tangent as the branches give it; the taps (iy, wy,
+  # ix, wx) decide only which pixels are read, piecewise constant.
+  x4, my, mx, onehot, *taps = primals
+  dx4, dmy, dmx = tangents[:3]
+  if type(dmy) is SymbolicZero and type(dmx) is SymbolicZero:
+    out, dout = _dense_pooled(*primals), jnp.zeros((), x4.dtype)
+  else:
+    out, dout = jax.jvp(lambda a, e: _dense_pooled(x4, a, e, onehot, *taps), (my, mx),
+                        (_checks.dense_tangent(dmy), _checks.dense_tangent(dmx)))
+  if type(dx4) is not SymbolicZero:
+    dout = dout + _contract(dx4, my, mx, onehot)
+  return out, jnp.broadcast_to(dout, out.shape)
+
+
+_dense_avg.defjvp(_dense_avg_jvp, symbolic_zeros=True)
 
 
 def _touched(idx: jax.Array, w: jax.Array, length: int, cdt: Any

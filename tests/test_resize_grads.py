@@ -110,3 +110,16 @@ def test_grad_matches_torch_autograd(mode, torch_mode, align_corners, size):
   y = torch.nn.functional.interpolate(t, size=size, mode=torch_mode, align_corners=align_corners)
   (y * y).sum().backward()
   np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic", "nearest"])
+def test_traced_nan_roi_gives_the_input_no_gradient(mode):
+  """tf_crop_and_resize with a traced NaN roi fills extrapolation_value (DEVIATIONS Resize 13),
+  a value that does not depend on x: x's gradient is 0. Linear gave NaN in the taps' column
+  (the masked cotangent times NaN weights; found by a gradient sweep)."""
+  f = jax.jit(lambda v, r: jaxops.resize(v, roi=r, sizes=[3, 4], mode=mode,
+                                         coordinate_transformation_mode="tf_crop_and_resize"))
+  x = jnp.arange(30.0).reshape(5, 6)
+  roi = jnp.array([0.1, jnp.nan, 0.8, 0.9])
+  np.testing.assert_array_equal(np.asarray(f(x, roi)), 0.0)
+  np.testing.assert_array_equal(np.asarray(jax.grad(lambda v: jnp.sum(f(v, roi)))(x)), 0.0)

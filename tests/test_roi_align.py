@@ -349,6 +349,55 @@ def test_gradients_against_central_differences_float64(sampling_ratio):
               modes=("fwd", "rev"))
 
 
+def _central_differences(f, x, step=1e-6):
+  flat = x.ravel()
+  out = np.zeros_like(flat)
+  for i in range(flat.size):
+    e = np.zeros_like(flat)
+    e[i] = step
+    out[i] = (float(f((flat + e).reshape(x.shape))) - float(f((flat - e).reshape(x.shape)))) / (2 * step)
+  return out.reshape(x.shape)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_box_leaves_the_other_boxes_gradients_alone(bad):
+  """A box with a NaN or inf coordinate has NaN weights; with the loss reading only the finite
+  box beside it, 0 * NaN in the backward made the map's gradient NaN, on every image for the
+  adaptive average (its dense plan sums over every box and image; found by a gradient sweep).
+  The gradient is now that of the finite box alone, against central differences (float64)."""
+  x = np.arange(50.0).reshape(2, 1, 5, 5) / 10
+  rois = np.array([[bad, 0.9, 3.6, 3.4], [1.2, 0.9, 3.6, 3.4]])
+  b = np.array([0, 1])
+  for mode, sr in (("avg", 0), ("avg", 2), ("max", 0), ("max", 2)):
+    f = lambda v, m=mode, s=sr: jnp.sum(jaxops.roi_align(  # noqa: E731
+        v, rois, b, mode=m, sampling_ratio=s, output_height=2, output_width=2)[1] ** 2)
+    g = np.asarray(jax.grad(f)(x))
+    np.testing.assert_allclose(g, _central_differences(f, x), atol=1e-6, err_msg=mode)
+    assert np.all(g[0] == 0)
+    gr = np.asarray(jax.grad(lambda r, m=mode, s=sr: jnp.sum(jaxops.roi_align(
+        x, r, b, mode=m, sampling_ratio=s, output_height=2, output_width=2)[1]))(rois))
+    assert np.all(np.isfinite(gr[1])) and np.all(gr[0] == 0)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_gradient_in_x_ignores_the_values_of_non_finite_pixels(bad):
+  """roi_align is linear in x: its gradient in x is the same whatever x holds. With a
+  non-finite pixel the dense plan's masking gave the bins that read it no gradient at all (a
+  finite, wrong gradient; found by a sweep). Against central differences of the finite map."""
+  x = np.arange(24.0).reshape(1, 2, 3, 4) / 10
+  rois = np.array([[0.3, 0.2, 2.7, 1.6], [0.1, 0.4, 3.2, 2.9]])
+  b = np.zeros(2, np.int64)
+  w = np.random.default_rng(4).standard_normal((2, 2, 2, 2))
+  for sr in (0, 2):
+    f = lambda v, s=sr: jnp.sum(jaxops.roi_align(  # noqa: E731
+        v, rois, b, output_height=2, output_width=2, sampling_ratio=s) * w)
+    want = _central_differences(f, x)
+    x_bad = x.copy()
+    x_bad[0, 1, 0, 0] = bad
+    np.testing.assert_allclose(np.asarray(jax.grad(f)(x_bad)), want, atol=1e-6)
+    assert not np.all(np.isfinite(np.asarray(f(x_bad))))  # the value does read it
+
+
 def test_max_mode_gradient_goes_to_the_first_of_tied_samples():
   """Every sample of the bin reads the same value (a constant map): the gradient goes to the
   first sample's four pixels, with its bilinear weights (hand-derived: the box spans [0, 3] in
