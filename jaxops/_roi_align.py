@@ -336,7 +336,7 @@ def _max_finish(out: jax.Array, outy: jax.Array, outx: jax.Array) -> jax.Array:
 def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_len: int,
          cdt: Any) -> jax.Array:
   """mode="max": ``(R, P, Q, C)``. Calls with many output elements take the sample loop on
-  chunks of rois (``_max_samples``), smaller ones the general plan. The derivative is that of
+  chunks of rois (``_max_scan``), smaller ones the general plan. The derivative is that of
   the winning value alone: the sample loop once more, keeping which sample (and, for
   ``corner_max``, which corner) each output took, the first in loop order on ties
   (``_max_scan``), then that sample's value as a function of ``xt`` and the boxes
@@ -351,7 +351,7 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
   def pooled(xt: jax.Array, rois: jax.Array, b: jax.Array) -> jax.Array:
     if small:
       return _max_general(xt, rois, b, **kw)
-    return _chunked(functools.partial(_max_samples, xt, **kw), rois, b, chunk)
+    return _chunked(functools.partial(_max_scan, xt, winners=False, **kw), rois, b, chunk)
 
   @pooled.defjvp
   def _(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
@@ -363,20 +363,14 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
   return pooled(xt, rois, b)
 
 
-def _max_samples(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int,
-                 w_len: int, cdt: Any) -> jax.Array:
-  """The sample loop of mode="max", ``(R, P, Q, C)``: see ``_max_scan``. No ``(samples x
-  channels)`` intermediate, where the general plan materialises every sample's corner rows (512
-  rois, 7x7 bins, 2x2 samples, 256 channels: 411 MB)."""
-  return _max_scan(xt, rois, b, winners=False, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
-
-
 def _max_scan(xt: jax.Array, rois: jax.Array, b: jax.Array, *, winners: bool, cfg: _Config,
               h: int, w_len: int, cdt: Any) -> jax.Array:
   """For each sample of the bins (a loop over the rows' samples; the columns' unrolled for a
   fixed ratio up to 8, else a loop too; adaptive counts loop only as far as the rois' largest
   count), its four corner rows gathered from the channels-last ``xt`` and weighted, and a
-  running maximum, all in one fused loop per sample. Returns the bins' values ``(R, P, Q, C)``,
+  running maximum, all in one fused loop per sample: no ``(samples x channels)`` intermediate,
+  where the general plan materialises every sample's corner rows (512 rois, 7x7 bins, 2x2
+  samples, 256 channels: 411 MB). Returns the bins' values ``(R, P, Q, C)``,
   or with ``winners`` the number of the sample each took (``ky * Kx + kx``; times 4 plus the
   corner for ``corner_max``), the first in loop order on ties, NaN over any number, -1 where
   no sample counts."""
@@ -522,7 +516,8 @@ def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> A
               for k in ladder] + [general]
   steps = np.asarray(ladder, cdt)
 
-  def need(r: jax.Array) -> jax.Array:  # a NaN box takes the general plan, as it would alone
+  # a box whose scaled coordinates overflow (inf - inf: a NaN count) takes the general plan
+  def need(r: jax.Array) -> jax.Array:
     k = jnp.maximum(_needed(cfg, r[:, 1], r[:, 3], cfg.out_h, h, cdt),
                     _needed(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt))
     return jnp.where(jnp.isnan(k), jnp.inf, k)

@@ -81,6 +81,7 @@ from jaxops import _resize_kernel
 from jaxops import _torch_uint8
 from jaxops._aten import (_INTERP_SIZE, _area_scale, _cubic_far, _cubic_near, _floorf, _fma,
                           _scales_value)
+from jaxops._window import WindowAxis
 
 __all__ = [
     "interpolate",
@@ -1147,8 +1148,8 @@ def _max_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
                        f"is too small (kernel_size {k}, stride {s}, padding {p}, dilation {d})")
     out.append(o)
   for axis, (n, o, kv, sv, pv, dv) in enumerate(zip(spatial, out, k, s, p, d)):
-    taps = (np.arange(o) * sv - pv)[:, None] + np.arange(kv) * dv
-    empty = ~((taps >= 0) & (taps < n)).any(axis=1)
+    first, last = WindowAxis(n, kv, sv, dv, pv, pv, o).inside(0, n)
+    empty = first == last
     if empty.any():  # torch returns -inf with an index outside the input (DEVIATIONS.md)
       raise ValueError(
           f"{op}: with padding {p} and dilation {d}, the window of output position "

@@ -201,8 +201,8 @@ def test_deviation_non_finite_extrapolation_value():
   """docs/DEVIATIONS.md, Resize 14: the spec's extrapolation_value is any float, "used as the
   corresponding output value" outside the crop; NaN (a common mark of the area outside a crop)
   and inf were a ValueError (found by a sweep). NaN and inf as onnxruntime gives them;
-  onnx.reference saturates inf to the largest float32 (and has NaN at one point). Unused outside tf_crop_and_resize; no
-  retrace for a NaN that is another object each call."""
+  onnx.reference saturates inf to the largest float32 (and has NaN at one point). Unused
+  outside tf_crop_and_resize; no retrace for a NaN that is another object each call."""
   roi = helper.make_tensor("roi", TensorProto.FLOAT, [8], [0, 0, -0.5, -0.5, 1, 1, 1, 1])
   sizes = helper.make_tensor("sizes", TensorProto.INT64, [4], [1, 1, 3, 3])
   x = np.arange(24, dtype=np.float32).reshape(1, 1, 4, 6)

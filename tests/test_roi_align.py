@@ -189,6 +189,18 @@ def test_non_finite_pixels_reach_only_the_bins_that_read_them():
   assert non_finite > 0  # some bins do read the non-finite pixels
 
 
+def _central_differences(f, x, step=1e-6):
+  """d f / d x by central differences, one element of ``x`` at a time (float64)."""
+  flat = x.ravel()
+  out = np.zeros_like(flat)
+  for i in range(flat.size):
+    e = np.zeros_like(flat)
+    e[i] = step
+    hi, lo = (float(f((flat + v).reshape(x.shape))) for v in (e, -e))
+    out[i] = (hi - lo) / (2 * step)
+  return out.reshape(x.shape)
+
+
 def test_max_mode_box_gradient_with_an_unread_inf():
   """Masked samples read 0, not their clipped rows: a row holding an inf that no counted sample
   reads gave the boxes' gradient 0 * inf = NaN (found by a random sweep). Central
@@ -201,10 +213,7 @@ def test_max_mode_box_gradient_with_an_unread_inf():
   f = lambda r: jnp.sum(jaxops.roi_align(x, r, b, mode="max", output_height=2,  # noqa: E731
                                          output_width=2, sampling_ratio=0))
   g = np.asarray(jax.grad(f)(rois))
-  step = 1e-6
-  want = [(float(f(rois + step * e)) - float(f(rois - step * e))) / (2 * step)
-          for e in np.eye(4).reshape(4, 1, 4)]
-  np.testing.assert_allclose(g.ravel(), want, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(g, _central_differences(f, rois), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("case", ["count", "edge_low", "edge_high"])
@@ -349,16 +358,6 @@ def test_gradients_against_central_differences_float64(sampling_ratio):
               modes=("fwd", "rev"))
 
 
-def _central_differences(f, x, step=1e-6):
-  flat = x.ravel()
-  out = np.zeros_like(flat)
-  for i in range(flat.size):
-    e = np.zeros_like(flat)
-    e[i] = step
-    out[i] = (float(f((flat + e).reshape(x.shape))) - float(f((flat - e).reshape(x.shape)))) / (2 * step)
-  return out.reshape(x.shape)
-
-
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_non_finite_box_leaves_the_other_boxes_gradients_alone(bad):
   """A box with a NaN or inf coordinate has NaN weights; with the loss reading only the finite
@@ -428,9 +427,10 @@ def test_max_mode_adaptive_gradient_costs_the_output_not_the_static_bound():
   assert compiled.memory_analysis().temp_size_in_bytes < 256 * 2 ** 20
   x = rng.standard_normal((1, 2, 24, 20))
   rois = np.array([[1.3, 2.2, 17.6, 21.1], [0.4, 0.9, 6.3, 5.2]])
+  b = np.zeros(2, np.int64)
   for corner_max in (False, True):  # the spec's max, and the ONNX front end's (weighted corners)
     cfg = _roi_align._config("max", 3, 2, 0, 1.0, "half_pixel", None, corner_max)
-    f = lambda v, r, c=cfg: _roi_align._roi_align_checked(v, r, np.zeros(2, np.int64), c)  # noqa: E731
+    f = lambda v, r, c=cfg: _roi_align._roi_align_checked(v, r, b, c)  # noqa: E731
     check_grads(f, (x, rois), order=1, modes=("fwd", "rev"), eps=1e-6)
 
 

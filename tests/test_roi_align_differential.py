@@ -206,7 +206,7 @@ def test_tap_plan_chunks_against_onnxruntime():
   for i in range(2):
     np.testing.assert_allclose(np.asarray(got[i]), _ort(16, x, sets[i], bi, **attrs), rtol=2e-5,
                                atol=2e-5)
-  # a NaN box sorts with the largest ones: the boxes in its chunk keep their own rung
+  # a NaN box (pooled as a box at 0, its bins NaN) leaves the other boxes their own values
   rois = _large_boxes(rng, num, h, w, 0.5, reach=8)
   bad = np.zeros(num, bool)
   bad[[5, 77, 300]] = True
