@@ -17,8 +17,10 @@ elements) reads channels-last rows: for each (row, column) pair a bin reads, one
 channel vectors and a multiply-add into the bin's accumulator, fused into one loop, on chunks of
 rois so that no (taps x channels) intermediate exists. With adaptive counts the rois are sorted
 by the samples they need, and each chunk runs the tap plan sized for its largest box (a static
-ladder of sizes, the rows a bin reads merged), or the general plan when its boxes need more; the
-derivatives of that path come from the general plan. ``mode="max"`` needs each sample's value:
+ladder of sizes, the rows a bin reads merged), or the general plan, a few boxes at a time, when
+its boxes need more. The tap plan's derivative is two tap loops of its own (``_tap_sums``): in
+the map, transposed to one scatter of channel vectors per tap; in the boxes, through the tap
+weights. ``mode="max"`` needs each sample's value:
 calls with many output elements run a loop over the samples on chunks of rois (each sample's
 four corner rows gathered, weighted and folded into a running maximum, one fused loop per
 sample; adaptive counts loop only as far as each chunk's largest count); smaller calls gather
@@ -481,13 +483,13 @@ def _avg(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
   ``_tap_plan``), by the general plan elsewhere: on accelerators the general plan's one large
   gather is already fast, and a loop over chunks of rois would only add launches."""
   general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
-  tap = _tap_plan(cfg, rois.shape[0], xt.shape[2], h, w_len, cdt)
+  tap = _tap_plan(cfg, xt.shape[0], rois.shape[0], xt.shape[2], h, w_len, cdt)
   if tap is None:
     return general(xt, rois, b)
   return jax.lax.platform_dependent(xt, rois, b, cpu=tap, default=general)
 
 
-def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> Any:
+def _tap_plan(cfg: _Config, n: int, num: int, c: int, h: int, w_len: int, cdt: Any) -> Any:
   """The tap plan as a function of ``(xt, rois, b)``, or None where it does not apply.
 
   A fixed sampling ratio whose bins read few enough (row, column) pairs runs the tap plan on
@@ -511,9 +513,14 @@ def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> A
   if not ladder:
     return None
   general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
-  branches = [functools.partial(_avg_taps, cfg=cfg, h=h, w_len=w_len, cdt=cdt,
-                                ky=min(k, ky_max), kx=min(k, kx_max), merge=merge)
-              for k in ladder] + [general]
+  # the general plan's dense contraction holds (rois, N, H, Q, C) arrays: a chunk's boxes go
+  # through it a few at a time
+  dense_roi = n * h * max(cfg.out_h, cfg.out_w) * c * np.dtype(cdt).itemsize
+  few = max(1, min(chunk, _CHUNK_BYTES // dense_roi))
+  branches: list[Any] = [functools.partial(_avg_taps, cfg=cfg, h=h, w_len=w_len, cdt=cdt,
+                                           ky=min(k, ky_max), kx=min(k, kx_max), merge=merge)
+                         for k in ladder]
+  branches.append(lambda xt, r, bi: _chunked(functools.partial(general, xt), r, bi, few))
   steps = np.asarray(ladder, cdt)
 
   # a box whose scaled coordinates overflow (inf - inf: a NaN count) takes the general plan
@@ -522,7 +529,6 @@ def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> A
                     _needed(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt))
     return jnp.where(jnp.isnan(k), jnp.inf, k)
 
-  @jax.custom_jvp
   def ladder_plan(xt: jax.Array, rois: jax.Array, b: jax.Array) -> jax.Array:
     def body(r: jax.Array, bi: jax.Array) -> jax.Array:
       which = jnp.sum(jnp.max(need(r)) > steps).astype(jnp.int32)
@@ -531,14 +537,6 @@ def _tap_plan(cfg: _Config, num: int, c: int, h: int, w_len: int, cdt: Any) -> A
     order = jnp.argsort(need(rois))
     out = _chunked(body, rois[order], b[order], chunk)
     return out[jnp.argsort(order)]
-
-  # Derivatives come from the general plan (the same function of x and the boxes): it compiles
-  # one transpose, where differentiating the ladder would compile one per rung.
-  @ladder_plan.defjvp
-  def _(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
-    xt, rois, b = primals
-    _, dout = jax.jvp(lambda a, r: general(a, r, b), primals[:2], tangents[:2])
-    return ladder_plan(xt, rois, b), dout
 
   return ladder_plan
 
@@ -567,24 +565,84 @@ def _avg_taps(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: 
               cdt: Any, ky: int, kx: int, merge: bool) -> jax.Array:
   """The tap plan, ``(R, P, Q, C)``: for each pair of rows read on the two axes, one gather of
   channel vectors and a multiply-add, all in one fused loop (no (taps, C) intermediate)."""
-  iy, wy, gy = _taps(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt, ky, merge)
-  ix, wx, gx = _taps(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt, kx, merge)
-  wy = wy / jnp.maximum(gy * gx, 1.0)[:, None, None]
-  flat = b[:, None, None] * (h * w_len)
+  return _tap_sums(xt, rois, b, _TapSpec(cfg, h, w_len, np.dtype(cdt), ky, kx, merge))
+
+
+@dataclasses.dataclass(frozen=True)
+class _TapSpec:
+  cfg: _Config
+  h: int
+  w_len: int
+  cdt: np.dtype
+  ky: int
+  kx: int
+  merge: bool
+
+  def tables(self, rois: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Rows and weights per (roi, bin, tap) on each axis, the count folded into ``wy``."""
+    iy, wy, gy = _taps(self.cfg, rois[:, 1], rois[:, 3], self.cfg.out_h, self.h, self.cdt,
+                       self.ky, self.merge)
+    ix, wx, gx = _taps(self.cfg, rois[:, 0], rois[:, 2], self.cfg.out_w, self.w_len, self.cdt,
+                       self.kx, self.merge)
+    return iy, wy / jnp.maximum(gy * gx, 1.0)[:, None, None], ix, wx
+
+
+def _tap_apply(xt: jax.Array, b: jax.Array, iy: jax.Array, ix: jax.Array,
+               pairs: list[tuple[jax.Array, jax.Array]], spec: _TapSpec,
+               remat: bool = False) -> jax.Array:
+  """``(R, P, Q, C)``: the sum over taps of (the sum over ``pairs`` of wy * wx) times ``xt``'s
+  row, one gather of channel vectors and a multiply-add per tap, in one fused loop (no (taps, C)
+  intermediate). With ``remat`` the loop's transpose gathers each tap's rows again rather than
+  storing them for every iteration."""
+  w_len = spec.w_len
+  flat = b[:, None, None] * (spec.h * w_len)
   table = xt.reshape(-1, xt.shape[2])
 
   def row(ty: Any, acc: Any) -> Any:  # the rows of one y tap: the x taps in one fused loop
-    iy_t = jax.lax.dynamic_index_in_dim(iy, ty, axis=2, keepdims=False)
-    wy_t = jax.lax.dynamic_index_in_dim(wy, ty, axis=2, keepdims=False)
-    base = flat + iy_t[:, :, None] * w_len
+    base = flat + jax.lax.dynamic_index_in_dim(iy, ty, axis=2, keepdims=False)[:, :, None] * w_len
+    wy_t = [jax.lax.dynamic_index_in_dim(wy, ty, axis=2, keepdims=False)[:, :, None]
+            for wy, _ in pairs]
     for tx in range(ix.shape[2]):
-      wt = wy_t[:, :, None] * wx[:, None, :, tx]
+      wt = functools.reduce(operator.add,
+                            [a * wx[:, None, :, tx] for a, (_, wx) in zip(wy_t, pairs)])
       term = wt[..., None] * table.at[base + ix[:, None, :, tx]].get(mode="promise_in_bounds")
-      acc = term if acc is None else acc + term
+      acc = acc + term
     return acc
 
-  acc = row(0, None)
-  return jax.lax.fori_loop(1, iy.shape[2], row, acc) if iy.shape[2] > 1 else acc
+  # (the first row in the loop too: peeled off, its weights were recomputed inside its fused
+  # multiply-adds and, in the transpose, inside its scatters' operands)
+  acc = jnp.zeros((*iy.shape[:2], ix.shape[1], xt.shape[2]), xt.dtype)
+  return jax.lax.fori_loop(0, iy.shape[2], jax.checkpoint(row) if remat else row, acc)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _tap_sums(xt: jax.Array, rois: jax.Array, b: jax.Array, spec: _TapSpec) -> jax.Array:
+  iy, wy, ix, wx = spec.tables(rois)
+  return _tap_apply(xt, b, iy, ix, [(wy, wx)], spec)
+
+
+def _tap_sums_jvp(spec: _TapSpec, primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
+  # Two tangent loops. The map's transposes to one scatter of channel vectors per tap into the
+  # map's cotangent, with the tap weights kept from the forward. The boxes' (through the tap
+  # weights; the rows read are piecewise constant) transposes to reductions of the gathered rows
+  # against the output's cotangent, then the small tables' own transpose; it gathers the rows
+  # again there (checkpointed) rather than keeping every tap's (R, P, Q, C) rows. One loop
+  # differentiated whole did one or the other for both: it kept those rows, or, checkpointed,
+  # recomputed every weight inside every element of its scatters' operands.
+  xt, rois, b = primals
+  dxt, drois, _ = tangents
+  iy, wy, ix, wx = spec.tables(rois)
+  out = _tap_apply(xt, b, iy, ix, [(wy, wx)], spec)
+  dout = jnp.zeros_like(out)
+  if type(drois) is not SymbolicZero:
+    _, (_, dwy, _, dwx) = jax.jvp(spec.tables, (rois,), (drois,))
+    dout = _tap_apply(xt, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
+  if type(dxt) is not SymbolicZero:
+    dout = dout + _tap_apply(dxt, b, iy, ix, [(wy, wx)], spec)
+  return out, dout
+
+
+_tap_sums.defjvp(_tap_sums_jvp, symbolic_zeros=True)
 
 
 def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int,

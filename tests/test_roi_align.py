@@ -436,19 +436,49 @@ def test_max_mode_adaptive_gradient_costs_the_output_not_the_static_bound():
 
 @pytest.mark.slow
 def test_tap_plan_gradients_against_central_differences_float64():
-  # Large enough for the tap plan (_roi_align._MIN_ELEMENTS): the fixed ratio differentiates the
-  # chunked tap loop; the adaptive ladder takes its derivatives from the general plan.
+  # Large enough for the tap plan (_roi_align._MIN_ELEMENTS), in several chunks: the fixed ratio
+  # differentiates the chunked tap loop; with adaptive counts the boxes, sorted by the samples
+  # they need, fill chunks of every rung of the ladder (1, 2, up to 4, up to 6) and of the
+  # general plan (more than 6), each chunk differentiated by its own branch.
   rng = np.random.default_rng(5)
-  c, num = 8, 200
+  c, num = 64, 450
   assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
-  x = rng.standard_normal((2, c, 7, 9))
-  start = rng.uniform(-1, 6, (num, 2))
-  rois = np.concatenate([start, start + rng.uniform(0.5, 12, (num, 2))], axis=1)
+  chunk = _roi_align._CHUNK_BYTES // (7 * 7 * c * 8)
+  x = rng.standard_normal((2, c, 12, 10))
+  # box sides (in pixels) whose adaptive counts ceil(side / 7) are 1, 2, 3-4, 5-6 and 7-9, 90
+  # boxes each, both sides of a box in the same class
+  lo, hi = np.repeat([[0.5, 7], [7.5, 14], [14.5, 28], [28.5, 42], [42.5, 63]], 90, axis=0).T
+  size = rng.uniform(lo[:, None], hi[:, None], (num, 2))
+  # the chunks as _chunked cuts the sorted boxes, and the rung each takes (inf: general plan)
+  need = np.sort(np.ceil(size.max(axis=1) / 7))
+  steps = -(-num // chunk)
+  per = -(-num // steps)
+  rungs = {min([k for k in (1, 2, 4, 6) if k >= need[i:i + per].max()], default=np.inf)
+           for i in range(0, num, per)}
+  assert rungs == {1, 2, 4, 6, np.inf}
+  start = rng.uniform(-4, 8, (num, 2))
+  rois = np.concatenate([start, start + size], axis=1)
   b = rng.integers(0, 2, num)
   for sampling_ratio in (2, 0):
     f = lambda v, r, s=sampling_ratio: jaxops.roi_align(  # noqa: E731
         v, r, b, output_height=7, output_width=7, sampling_ratio=s)
     check_grads(f, (x, rois), order=1, modes=("fwd", "rev"), eps=1e-6)
+
+
+def test_avg_adaptive_gradient_costs_chunks_not_every_box_at_once():
+  """The adaptive average's derivative was the general plan's over every box at once (a dense
+  contraction whose temporaries grow with boxes x images x rows x channels: 3 GB for the
+  benchmark's 512 boxes on 2x256x50x68); each chunk of boxes is now differentiated by the tap
+  loop of its own rung. Values: test_tap_plan_gradients_against_central_differences_float64."""
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((2, 64, 32, 32)).astype(np.float32)
+  start = rng.uniform(0, 18, (128, 2))
+  rois = np.concatenate([start, start + rng.uniform(2, 12, (128, 2))], 1).astype(np.float32)
+  b = rng.integers(0, 2, 128)
+  loss = lambda v, r: jnp.sum(jaxops.roi_align(v, r, b, output_height=7,  # noqa: E731
+                                               output_width=7) ** 2)
+  compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, rois).compile()
+  assert compiled.memory_analysis().temp_size_in_bytes < 64 * 2 ** 20
 
 
 def test_vmap_over_roi_sets_and_no_retrace():
