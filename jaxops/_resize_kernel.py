@@ -453,7 +453,7 @@ def apply_taps(x: jax.Array, axis: int, idx: np.ndarray, weights: Any, *,
   w_np = np.asarray(weights, dtype=np.float64)
   table = _taps_table.table(idx_np, w_np, n_in)
   if barrier is None:
-    barrier = (table.live_taps > 1, table.transpose().live_taps > 1)
+    barrier = (table.live_taps > 1, table.transpose_live_taps() > 1)
   if plan not in _PLANS:
     raise value_error(_OP, "plan", plan, f"one of {_PLANS}")
   if not jnp.issubdtype(x.dtype, jnp.floating) and not table.copy:
@@ -496,7 +496,7 @@ def _live(n_in: int, idx: Any, w: Any) -> tuple[int, int]:
   w = np.asarray(w, dtype=np.float64)
   k = int(np.count_nonzero(np.any(w != 0, axis=0)))
   n = max(int(idx.max()) + 1 if idx.size else 1, n_in)
-  return k, _taps_table.table(idx, w, n).transpose().live_taps
+  return k, _taps_table.table(idx, w, n).transpose_live_taps()
 
 
 def _cheap_upsampling(n_in: int, idx: Any, live: int) -> bool:

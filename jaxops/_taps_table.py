@@ -78,6 +78,15 @@ class Table:
       self._transpose = inverse(self)
     return self._transpose
 
+  def transpose_live_taps(self) -> int:
+    """``transpose().live_taps`` (the most outputs that read one input), without building the
+    transposed table where it is not built yet (the forward's plan asks it; a long axis's
+    table took seconds to transpose)."""
+    if self._transpose is not None:
+      return self._transpose.live_taps
+    si = _pairs(self)[0]
+    return int(np.bincount(si).max()) if si.size else 0
+
 
 @functools.lru_cache(maxsize=512)
 def _intern(key: tuple) -> Table:
@@ -94,20 +103,28 @@ def table(idx: np.ndarray, w: np.ndarray, n_in: int) -> Table:
   return _intern((int(n_in), idx.shape, idx.tobytes(), wb))
 
 
+def _pairs(t: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The (input i, output j, weight) pairs of ``t``, repeated pairs merged (their weights summed
+  in table order), zero weights dropped, ordered by (i, j)."""
+  out, k = t.n_out, t.k
+  # A stable sort of the keys orders the pairs; resampling tables are nearly sorted by (i, j)
+  # already, where the stable sort (a merge sort for these integers) is fast.
+  key = t.idx.reshape(-1) * out + np.repeat(np.arange(out, dtype=np.int64), k)
+  order = np.argsort(key, kind="stable")
+  key = key[order]
+  starts_run = np.ones(key.size, dtype=bool)
+  starts_run[1:] = key[1:] != key[:-1]
+  uniq = key[starts_run]
+  wsum = np.bincount(np.cumsum(starts_run) - 1, weights=t.w.reshape(-1)[order],
+                     minlength=uniq.size)
+  keep = wsum != 0.0
+  return uniq[keep] // max(out, 1), uniq[keep] % max(out, 1), wsum[keep]
+
+
 def inverse(t: Table) -> Table:
   """For each input index i, the (output index, weight) pairs that read it, padded."""
-  out, k = t.n_out, t.k
-  flat_i = t.idx.reshape(-1)
-  flat_j = np.repeat(np.arange(out, dtype=np.int64), k)
-  # Merge repeated (i, j) pairs and drop zero weights.
-  key = flat_i * out + flat_j
-  uniq, inv = np.unique(key, return_inverse=True)
-  wsum = np.zeros(uniq.size)
-  np.add.at(wsum, inv, t.w.reshape(-1))
-  keep = wsum != 0.0
-  flat_i, flat_j, wvals = uniq[keep] // out, uniq[keep] % out, wsum[keep]
-  order = np.lexsort((flat_j, flat_i))
-  si, sj = flat_i[order], flat_j[order]
+  out = t.n_out
+  si, sj, wvals = _pairs(t)
   counts = np.bincount(si, minlength=t.n_in)
   m = max(int(counts.max()) if counts.size else 0, 1)
   starts = np.cumsum(counts) - counts
@@ -120,7 +137,7 @@ def inverse(t: Table) -> Table:
   first = np.where(counts > 0, idx_t[:, 0], 0)
   idx_t = np.where(filled, idx_t, first[:, None])
   w_t = np.zeros((t.n_in, m))
-  w_t[si, slot] = wvals[order]
+  w_t[si, slot] = wvals
   return table(idx_t, w_t, out)
 
 

@@ -158,6 +158,27 @@ def test_periodic_tables_of_long_strides_take_the_gathers(a, b):
   _check_minor_pass(rng, idx, w, n_in, ["phases"])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_transposed_table_is_the_dense_transpose(seed):
+  # Tables with repeated taps in a row (merged), weights that cancel or are 0 (dropped),
+  # unsorted and sorted indices; the transposed table's live taps asked before and after it
+  # is built.
+  rng = np.random.default_rng(seed)
+  for _ in range(150):
+    n_in, n_out, k = (int(v) for v in rng.integers(1, 30, 3) // [1, 1, 5] + [0, 0, 1])
+    idx = rng.integers(0, n_in, (n_out, k))
+    if rng.random() < 0.5:
+      idx = np.sort(idx, axis=None).reshape(n_out, k)
+    w = rng.choice([0.0, 0.25, -0.25, 0.5, 1.0, 1.5], (n_out, k))
+    t = _taps_table.table(idx, w, n_in)
+    t._transpose = None  # (interned: another case may have built it)
+    dense = _dense(idx, w, n_in)
+    live = t.transpose_live_taps()
+    tt = t.transpose()
+    np.testing.assert_array_equal(_dense(tt.idx, tt.w, n_out), dense.T)
+    assert live == tt.live_taps == t.transpose_live_taps() == np.max(np.sum(dense != 0, 0))
+
+
 def _periodic_table_of(rng: np.random.Generator, a: int, b: int) -> _taps_table.Table:
   idx, w = _periodic_table(rng, 10 * b, a, b, 2)
   return _taps_table.table(idx, w, 10 * b)
