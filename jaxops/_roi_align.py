@@ -27,7 +27,9 @@ sample; adaptive counts loop only as far as each chunk's largest count); smaller
 every sample's corner rows at once (the static bound with adaptive counts: pass
 ``max_sampling_ratio`` to bound that cost). Its derivative is that of each output's winning
 sample (the first in loop order on ties): the sample loop once more, keeping which sample won,
-then that sample alone read as a function of the map and the boxes, at the output's cost.
+then that sample alone read as a function of the map and the boxes, at the output's cost; on the
+CPU with 1 or 2 samples per axis, a loop over the samples on chunks of rois, each sample's corner
+rows masked to the outputs it won, so that the map's cotangent is scattered in channel vectors.
 """
 
 from __future__ import annotations
@@ -342,7 +344,8 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
   the winning value alone: the sample loop once more, keeping which sample (and, for
   ``corner_max``, which corner) each output took, the first in loop order on ties
   (``_max_scan``), then that sample's value as a function of ``xt`` and the boxes
-  (``_max_at``), so that it costs the output's size, not the static bound's."""
+  (``_max_at``), so that it costs the output's size, not the static bound's; on the CPU, with
+  few samples per bin, a masked loop over the samples instead (``_max_tangent_plan``)."""
   kw: dict[str, Any] = dict(cfg=cfg, h=h, w_len=w_len, cdt=cdt)
   c = xt.shape[2]
   num = rois.shape[0]
@@ -355,14 +358,118 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
       return _max_general(xt, rois, b, **kw)
     return _chunked(functools.partial(_max_scan, xt, winners=False, **kw), rois, b, chunk)
 
-  @pooled.defjvp
-  def _(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
+  def jvp(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
     xt, rois, b = primals
-    win = _max_scan(*jax.lax.stop_gradient((xt, rois)), b, winners=True, **kw)
-    _, dout = jax.jvp(lambda a, r: _max_at(a, r, b, win, **kw), (xt, rois), tangents[:2])
-    return pooled(*primals), dout
+    dxt, drois = (None if type(t) is SymbolicZero else t for t in tangents[:2])
+    out = pooled(*primals)
+    if dxt is None and drois is None:
+      return out, jnp.zeros_like(out)
+    x0, r0 = jax.lax.stop_gradient((xt, rois))
+    taps = None if small else _max_tangent_plan(cfg, h, w_len, cdt, chunk)
 
+    def at_winners() -> jax.Array:
+      win = _max_scan(x0, r0, b, winners=True, **kw)[1]
+      zeros = (jnp.zeros_like(xt), jnp.zeros_like(rois))
+      return jax.jvp(lambda a, r: _max_at(a, r, b, win, **kw), (xt, rois),
+                     (zeros[0] if dxt is None else dxt, zeros[1] if drois is None else drois))[1]
+
+    if taps is None:
+      return out, at_winners()
+
+    def by_taps() -> jax.Array:
+      # (the winners' loop on chunks of rois, as the forward's: on all of them at once, its
+      # running maxima and winners, the output's size, went through memory at every sample;
+      # the derivative at the winners keeps the one loop, which measured faster beside it)
+      val, win = _chunked(functools.partial(_max_scan, x0, winners=True, **kw), r0, b, chunk)
+      outy = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)[3]
+      outx = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)[3]
+      dval = taps(xt, rois, b, win, dxt, drois)
+      return jax.jvp(lambda v: _max_finish(v, outy, outx), (val,), (dval,))[1]
+
+    return out, jax.lax.platform_dependent(cpu=by_taps, default=at_winners)
+
+  pooled.defjvp(jvp, symbolic_zeros=True)
   return pooled(xt, rois, b)
+
+
+def _max_tangent_plan(cfg: _Config, h: int, w_len: int, cdt: Any, chunk: int) -> Any:
+  """The CPU derivative of mode="max" for calls with many output elements and a fixed sampling
+  ratio of 1 or 2, as a function ``(xt, rois, b, win, dxt, drois) -> dval`` (the tangents None
+  where zero), or None elsewhere: the tangent at each output's winning sample (``win``, from
+  ``_max_scan``) as a loop over the samples of chunks of rois, each sample's corner rows
+  gathered and masked to the outputs it won (``_at_winners_by_taps``), so that the map's
+  cotangent is one scatter of channel vectors per sample and corner, where the derivative at
+  the winners alone (``_max_at``) scatters single values. Every sample costs a pass over the
+  chunk's output, so bins of more samples keep the derivative at the winners
+  (``_MAX_DERIVATIVE_SAMPLES``)."""
+  if not 0 < cfg.sampling_ratio ** 2 <= _MAX_DERIVATIVE_SAMPLES:
+    return None
+  kx_bound = _samples_per_axis(cfg, w_len)
+  kw: dict[str, Any] = dict(cfg=cfg, h=h, w_len=w_len, cdt=cdt)
+
+  def taps(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.Array, dxt: Any,
+           drois: Any) -> jax.Array:
+    def body(r: jax.Array, bi: jax.Array, w: jax.Array, *dr: jax.Array) -> jax.Array:
+      return _at_winners_by_taps(xt, r, bi, w, dxt, dr[0] if dr else None,
+                                 k=cfg.sampling_ratio, kx_bound=kx_bound, **kw)
+
+    more = [a for a in (drois,) if a is not None]
+    return _chunked(body, rois, b, chunk, win, *more, remat=False)
+
+  return taps
+
+
+def _at_winners_by_taps(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.Array, dxt: Any,
+                        drois: Any, *, k: int, kx_bound: int, cfg: _Config, h: int, w_len: int,
+                        cdt: Any) -> jax.Array:
+  """The tangent ``(R, P, Q, C)`` of the winning samples' values (``_max_val_at``) for boxes
+  whose bins have at most ``k`` samples per axis: a loop over those samples (the first ``k`` of
+  ``_axis``'s, numbered as ``_max_scan`` numbers them, ``ky * kx_bound + kx``), each one's corner
+  rows gathered, weighted and added where the output took it. Two loops: in the map (its
+  transpose scatters channel vectors, the weights kept) and in the boxes through the corner
+  weights (checkpointed: its transpose gathers the rows again rather than keeping them)."""
+
+  def tables(r: jax.Array) -> tuple[jax.Array, ...]:
+    iy, wy = _axis(cfg, r[:, 1], r[:, 3], cfg.out_h, h, cdt, k)[:2]
+    ix, wx = _axis(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt, k)[:2]
+    return iy, wy, ix, wx
+
+  iy, wy, ix, wx = tables(rois)
+  base = b[:, None, None] * (h * w_len)
+
+  def loop(src: jax.Array, pairs: list[tuple[jax.Array, jax.Array]], remat: bool) -> jax.Array:
+    table = _checks.replicated(src).reshape(-1, src.shape[2])
+
+    def row(ky: Any, acc: jax.Array) -> jax.Array:
+      iy_k = jax.lax.dynamic_index_in_dim(iy, ky, axis=2, keepdims=False)    # (R, P, 2)
+      wy_k = [jax.lax.dynamic_index_in_dim(a, ky, axis=2, keepdims=False) for a, _ in pairs]
+      for kx in range(k):
+        number = ky * kx_bound + kx
+        terms = []
+        for a in range(2):
+          for e in range(2):
+            wt = functools.reduce(operator.add, [u[:, :, None, a] * v[:, None, :, kx, e]
+                                                 for u, (_, v) in zip(wy_k, pairs)])
+            flat = base + iy_k[:, :, None, a] * w_len + ix[:, None, :, kx, e]
+            terms.append(wt[..., None] * table.at[flat].get(mode="promise_in_bounds"))
+        if cfg.corner_max:
+          for j, term in enumerate(terms):
+            acc = acc + jnp.where(win == number * 4 + j, term, jnp.zeros((), term.dtype))
+        else:
+          acc = acc + jnp.where(win == number, functools.reduce(operator.add, terms),
+                                jnp.zeros((), acc.dtype))
+      return acc
+
+    acc = jnp.zeros(win.shape, cdt)
+    return jax.lax.fori_loop(0, k, jax.checkpoint(row) if remat else row, acc)
+
+  dval = jnp.zeros(win.shape, cdt)
+  if drois is not None:
+    _, (_, dwy, _, dwx) = jax.jvp(tables, (rois,), (drois,))
+    dval = loop(xt, [(dwy, wx), (wy, dwx)], remat=True)
+  if dxt is not None:
+    dval = dval + loop(dxt, [(wy, wx)], remat=False)
+  return dval
 
 
 def _max_scan(xt: jax.Array, rois: jax.Array, b: jax.Array, *, winners: bool, cfg: _Config,
@@ -373,9 +480,9 @@ def _max_scan(xt: jax.Array, rois: jax.Array, b: jax.Array, *, winners: bool, cf
   running maximum, all in one fused loop per sample: no ``(samples x channels)`` intermediate,
   where the general plan materialises every sample's corner rows (512 rois, 7x7 bins, 2x2
   samples, 256 channels: 411 MB). Returns the bins' values ``(R, P, Q, C)``,
-  or with ``winners`` the number of the sample each took (``ky * Kx + kx``; times 4 plus the
-  corner for ``corner_max``), the first in loop order on ties, NaN over any number, -1 where
-  no sample counts."""
+  or with ``winners`` their largest samples (-inf where no sample counts) and the number of the
+  sample each took (``ky * Kx + kx``; times 4 plus the corner for ``corner_max``), the first in
+  loop order on ties, NaN over any number, -1 where no sample counts."""
   iy, wy, vy, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
   ix, wx, vx, outx, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
   base = b[:, None, None] * (h * w_len)
@@ -426,7 +533,7 @@ def _max_scan(xt: jax.Array, rois: jax.Array, b: jax.Array, *, winners: bool, cf
 
   acc = jnp.full((rois.shape[0], cfg.out_h, cfg.out_w, xt.shape[2]), -jnp.inf, cdt)
   if winners:
-    return jax.lax.fori_loop(0, ny, row, (acc, jnp.full(acc.shape, -1, jnp.int32)))[1]
+    return jax.lax.fori_loop(0, ny, row, (acc, jnp.full(acc.shape, -1, jnp.int32)))
   return _max_finish(jax.lax.fori_loop(0, ny, row, acc), outy, outx)
 
 
@@ -434,8 +541,17 @@ def _max_at(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.Array, *, cfg
             h: int, w_len: int, cdt: Any) -> jax.Array:
   """The bins' values ``(R, P, Q, C)`` read at the samples ``win`` (``_max_scan``'s winners)
   alone, as functions of ``xt`` and the boxes: the derivative of mode="max"."""
-  iy, wy, _, outy, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
-  ix, wx, _, outx, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
+  outy = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)[3]
+  outx = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)[3]
+  return _max_finish(_max_val_at(xt, rois, b, win, cfg=cfg, h=h, w_len=w_len, cdt=cdt), outy,
+                     outx)
+
+
+def _max_val_at(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.Array, *, cfg: _Config,
+                h: int, w_len: int, cdt: Any) -> jax.Array:
+  """``_max_at`` before ``_max_finish``: the winning samples' values, -inf where none won."""
+  iy, wy, _, _, _ = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)
+  ix, wx, _, _, _ = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)
   num, p_len, q_len, c = win.shape
   number = jnp.maximum(win, 0)
   if cfg.corner_max:
@@ -461,12 +577,18 @@ def _max_at(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.Array, *, cfg
                            range(1, 4), corners[0])
   else:
     val = functools.reduce(operator.add, corners)
-  return _max_finish(jnp.where(win >= 0, val, -jnp.inf), outy, outx)
+  return jnp.where(win >= 0, val, -jnp.inf)
 
 
 # The tap plan (one gather and multiply-add per pair of rows read, accumulated in registers)
 # serves bins that read at most this many (row, column) pairs; beyond, the general plan.
 _MAX_TAPS = 64
+# The derivative of mode="max" loops over the samples of each bin, masked to the outputs each
+# won, for bins of at most this many samples: every sample costs a pass over the chunk's
+# output, where the derivative at the winners alone costs one (the gradient in x and the boxes
+# against it, 512 boxes, 7x7, 2x256x50x68: 0.15 of its time with 1 sample per bin, 0.48 with
+# 4, 1.0 with 9, 1.5 with 16).
+_MAX_DERIVATIVE_SAMPLES = 4
 # Samples per bin and axis of the adaptive ladder's rungs (those within _MAX_TAPS are kept):
 # each rung compiles its own loop, so the ladder is sparse.
 _RUNGS = (1, 2, 4, 6)
@@ -546,19 +668,20 @@ def _merged(k: int, merge: bool) -> int:
   return min(2 * k, k + 2) if merge else 2 * k
 
 
-def _chunked(body: Any, rois: jax.Array, b: jax.Array, chunk: int) -> jax.Array:
-  """``body(rois, b)`` on chunks of ``chunk`` rois in a loop: each chunk's result is written
-  once, in its own layout, instead of fusing the caller's transpose into the gathers. The
-  backward recomputes each chunk's taps rather than storing them."""
+def _chunked(body: Any, rois: jax.Array, b: jax.Array, chunk: int, *more: jax.Array,
+             remat: bool = True) -> jax.Array:
+  """``body(rois, b, *more)`` on chunks of ``chunk`` rois (``more``: other arrays with a leading
+  roi axis, chunked alike) in a loop: each chunk's result is written once, in its own layout,
+  instead of fusing the caller's transpose into the gathers. With ``remat`` the backward
+  recomputes each chunk's taps rather than storing them."""
   num = rois.shape[0]
   steps = -(-num // chunk) if num else 1
   chunk = -(-num // steps) if num else chunk  # as even as the steps allow: the least padding
   pad = steps * chunk - num
-  rois = jnp.pad(rois, ((0, pad), (0, 0)))
-  b = jnp.pad(b, (0, pad))
-  out = jax.lax.map(jax.checkpoint(lambda t: body(*t)),
-                    (rois.reshape(steps, chunk, 4), b.reshape(steps, chunk)))
-  return out.reshape(steps * chunk, *out.shape[2:])[:num]
+  xs = tuple(jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)).reshape(steps, chunk, *a.shape[1:])
+             for a in (rois, b, *more))
+  out = jax.lax.map(jax.checkpoint(lambda t: body(*t)) if remat else lambda t: body(*t), xs)
+  return jax.tree.map(lambda o: o.reshape(steps * chunk, *o.shape[2:])[:num], out)
 
 
 def _avg_taps(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, h: int, w_len: int,

@@ -251,15 +251,30 @@ def test_max_sample_loop_against_onnxruntime_and_sub_bins():
       fine = _reference(x, rois[r:r + 1], bi[r:r + 1], **sub)
       want = fine.reshape(c, 7, gh, 7, gw).max(axis=(2, 4))
       np.testing.assert_allclose(spec[r], want, rtol=2e-5, atol=2e-5, err_msg=f"{r} {attrs}")
-  # the derivatives (the general plan's) against central differences, float64
+
+
+def test_max_derivative_on_chunks_against_central_differences(monkeypatch):
+  """mode="max" calls above _MIN_ELEMENTS: with 1 or 2 samples per axis the derivative is a loop
+  over the samples masked to the outputs each won, on chunks of rois (_max_tangent_plan); with 3
+  the derivative at the winners alone. The spec's max and the front end's corner max, in float64
+  against central differences, on nine chunks (small chunks: three of the usual size would take
+  half a million outputs, among which some pair of samples nearly ties, where central
+  differences cross the switch of winner)."""
+  monkeypatch.setattr(_roi_align, "_CHUNK_BYTES", 1 << 16)
+  rng = np.random.default_rng(0)
   with jax.enable_x64():
-    xs = rng.standard_normal((2, 16, 6, 7))
-    rois = np.array([[0.7, 0.6, 4.3, 3.9], [1.2, 0.3, 5.4, 4.2]] * 45)
-    b = np.tile([1, 0], 45)
+    x = rng.standard_normal((2, 16, 6, 7))
+    start = rng.uniform(0, 2.5, (90, 2))
+    rois = np.concatenate([start, start + rng.uniform(2, 4, (90, 2))], 1)
+    b = rng.integers(0, 2, 90)
     assert len(rois) * 7 * 7 * 16 >= _roi_align._MIN_ELEMENTS
-    f = lambda v, r: jaxops.roi_align(v, r, b, mode="max", output_height=7,  # noqa: E731
-                                      output_width=7, sampling_ratio=2)
-    check_grads(f, (xs, rois), order=1, modes=("fwd", "rev"), eps=1e-6)
+    assert len(rois) > 8 * (_roi_align._CHUNK_BYTES // (7 * 7 * 16 * 8))
+    for sampling_ratio in (1, 2, 3):
+      for corner_max in (False, True):
+        cfg = _roi_align._config("max", 7, 7, sampling_ratio, 1.0, "half_pixel", None,
+                                 corner_max)
+        f = lambda v, r, c=cfg: _roi_align._roi_align_checked(v, r, b, c)  # noqa: E731
+        check_grads(f, (x, rois), order=1, modes=("fwd", "rev"), eps=1e-6)
 
 
 def test_deviation_roialign_10_reference_shifts_by_half_a_pixel():
