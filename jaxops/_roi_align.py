@@ -295,10 +295,12 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
   b = jnp.clip(batch_indices, 0, min(n - 1, int(jnp.iinfo(batch_indices.dtype).max)))
   b = b.astype(jnp.int32)
   xt = x.astype(cdt).reshape(n, c, h * w_len).transpose(0, 2, 1)        # (N, HW, C)
-  # A box with a NaN or infinite coordinate is pooled as the box 0 and given its bins
+  # A box with a NaN or infinite coordinate, or whose scaled extent overflows the compute type
+  # (x2 - x1 past float32's largest value), is pooled as the box 0 and given its bins
   # (DEVIATIONS RoiAlign 4) after: its weights were NaN, and in the backward 0 * NaN reached
   # the gradient of every box (the dense plan sums over every box and image).
-  bad = ~jnp.all(jnp.isfinite(rois), axis=1)
+  extent = [_count(cfg, rois[:, lo], rois[:, hi], 1, cdt)[1] for lo, hi in ((0, 2), (1, 3))]
+  bad = ~(jnp.all(jnp.isfinite(rois), axis=1) & jnp.isfinite(extent[0]) & jnp.isfinite(extent[1]))
   rois = jnp.where(bad[:, None], jnp.zeros((), rois.dtype), rois)
   pool = _avg if cfg.mode is Mode.AVG else _max
   out = pool(xt, rois, b, cfg, h, w_len, cdt).transpose(0, 3, 1, 2)      # (R, C, P, Q)

@@ -378,6 +378,28 @@ def test_non_finite_box_leaves_the_other_boxes_gradients_alone(bad):
     assert np.all(np.isfinite(gr[1])) and np.all(gr[0] == 0)
 
 
+def test_box_whose_extent_overflows_is_a_non_finite_box():
+  """A finite float32 box from x = -3e38 to 3e38: its width overflows float32, and its NaN
+  weights made, in the backward, the map's gradient NaN where the other boxes read it (found by
+  an audit). It is now pooled as a non-finite box (DEVIATIONS RoiAlign 4): its bins NaN (0 for
+  the adaptive max), and the gradient in x that of the other boxes alone, against central
+  differences (float64) of a loss on those boxes only."""
+  x = np.random.default_rng(3).standard_normal((1, 2, 5, 6))
+  good = np.array([[0.6, 1.2, 4.4, 3.9], [1.3, 0.2, 5.1, 4.6]])
+  rois = np.concatenate([[[-3e38, 1.0, 3e38, 3.0]], good]).astype(np.float32)
+  w = np.random.default_rng(4).standard_normal((2, 2, 2, 2))
+  for mode, sr in (("avg", 0), ("avg", 2), ("max", 0), ("max", 2)):
+    kw = dict(mode=mode, sampling_ratio=sr, output_height=2, output_width=2)
+    out = np.asarray(jaxops.roi_align(x.astype(np.float32), rois, np.zeros(3, np.int64), **kw))
+    np.testing.assert_array_equal(out[0], 0.0 if (mode, sr) == ("max", 0) else np.nan)
+    g = jax.grad(lambda v, r: jnp.sum(jaxops.roi_align(  # noqa: E731
+        v, r, np.zeros(3, np.int64), **kw)[1:] * w), argnums=(0, 1))(x.astype(np.float32), rois)
+    want = _central_differences(lambda v: jnp.sum(jaxops.roi_align(  # noqa: E731
+        v, good, np.zeros(2, np.int64), **kw) * w), x)
+    np.testing.assert_allclose(np.asarray(g[0]), want, atol=1e-5, err_msg=f"{mode} {sr}")
+    assert np.all(np.asarray(g[1])[0] == 0) and np.all(np.isfinite(np.asarray(g[1])))
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_gradient_in_x_ignores_the_values_of_non_finite_pixels(bad):
   """roi_align is linear in x: its gradient in x is the same whatever x holds. With a
