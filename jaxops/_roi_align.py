@@ -300,7 +300,8 @@ def _roi_align_jit(x: jax.Array, rois: jax.Array, batch_indices: jax.Array,
   # (DEVIATIONS RoiAlign 4) after: its weights were NaN, and in the backward 0 * NaN reached
   # the gradient of every box (the dense plan sums over every box and image).
   extent = [_count(cfg, rois[:, lo], rois[:, hi], 1, cdt)[1] for lo, hi in ((0, 2), (1, 3))]
-  bad = ~(jnp.all(jnp.isfinite(rois), axis=1) & jnp.isfinite(extent[0]) & jnp.isfinite(extent[1]))
+  bad = ~(jnp.all(jnp.isfinite(rois), axis=1) & jnp.isfinite(extent[0])
+           & jnp.isfinite(extent[1]))
   rois = jnp.where(bad[:, None], jnp.zeros((), rois.dtype), rois)
   pool = _avg if cfg.mode is Mode.AVG else _max
   out = pool(xt, rois, b, cfg, h, w_len, cdt).transpose(0, 3, 1, 2)      # (R, C, P, Q)
@@ -371,9 +372,8 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
 
     def at_winners() -> jax.Array:
       win = _max_scan(x0, r0, b, winners=True, **kw)[1]
-      zeros = (jnp.zeros_like(xt), jnp.zeros_like(rois))
-      return jax.jvp(lambda a, r: _max_at(a, r, b, win, **kw), (xt, rois),
-                     (zeros[0] if dxt is None else dxt, zeros[1] if drois is None else drois))[1]
+      dense = tuple(jnp.zeros_like(p) if t is None else t for p, t in ((xt, dxt), (rois, drois)))
+      return jax.jvp(lambda a, r: _max_at(a, r, b, win, **kw), (xt, rois), dense)[1]
 
     if taps is None:
       return out, at_winners()
