@@ -493,10 +493,8 @@ def pass_order(shape: tuple[int, ...], passes: Sequence[tuple[int, np.ndarray, A
 def _live(n_in: int, idx: Any, w: Any) -> tuple[int, int]:
   """Live taps of a pass and of its transpose (an upper bound where ``n_in`` is unknown)."""
   idx = np.asarray(idx)
-  w = np.asarray(w, dtype=np.float64)
-  k = int(np.count_nonzero(np.any(w != 0, axis=0)))
-  n = max(int(idx.max()) + 1 if idx.size else 1, n_in)
-  return k, _taps_table.table(idx, w, n).transpose_live_taps()
+  t = _taps_table.table(idx, w, max(int(idx.max()) + 1 if idx.size else 1, n_in))
+  return t.live_taps, t.transpose_live_taps()
 
 
 def _cheap_upsampling(n_in: int, idx: Any, live: int) -> bool:

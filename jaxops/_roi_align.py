@@ -348,7 +348,7 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
   ``corner_max``, which corner) each output took, the first in loop order on ties
   (``_max_scan``), then that sample's value as a function of ``xt`` and the boxes
   (``_max_at``), so that it costs the output's size, not the static bound's; on the CPU, with
-  few samples per bin, a masked loop over the samples instead (``_max_tangent_plan``)."""
+  few samples per bin, a masked loop over the samples instead (``_at_winners_by_taps``)."""
   kw: dict[str, Any] = dict(cfg=cfg, h=h, w_len=w_len, cdt=cdt)
   c = xt.shape[2]
   num = rois.shape[0]
@@ -368,14 +368,17 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
     if dxt is None and drois is None:
       return out, jnp.zeros_like(out)
     x0, r0 = jax.lax.stop_gradient((xt, rois))
-    taps = None if small else _max_tangent_plan(cfg, h, w_len, cdt, chunk)
 
     def at_winners() -> jax.Array:
       win = _max_scan(x0, r0, b, winners=True, **kw)[1]
       dense = tuple(jnp.zeros_like(p) if t is None else t for p, t in ((xt, dxt), (rois, drois)))
       return jax.jvp(lambda a, r: _max_at(a, r, b, win, **kw), (xt, rois), dense)[1]
 
-    if taps is None:
+    # On the CPU, with few samples per bin (_MAX_DERIVATIVE_SAMPLES), a loop over the samples
+    # on chunks of rois, each sample's corner rows masked to the outputs it won, so that the
+    # map's cotangent is one scatter of channel vectors per sample and corner where the
+    # derivative at the winners alone (_max_at) scatters single values.
+    if small or not 0 < cfg.sampling_ratio ** 2 <= _MAX_DERIVATIVE_SAMPLES:
       return out, at_winners()
 
     def by_taps() -> jax.Array:
@@ -385,7 +388,13 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
       val, win = _chunked(functools.partial(_max_scan, x0, winners=True, **kw), r0, b, chunk)
       outy = _axis(cfg, rois[:, 1], rois[:, 3], cfg.out_h, h, cdt)[3]
       outx = _axis(cfg, rois[:, 0], rois[:, 2], cfg.out_w, w_len, cdt)[3]
-      dval = taps(xt, rois, b, win, dxt, drois)
+
+      def body(r: jax.Array, bi: jax.Array, w: jax.Array, *dr: jax.Array) -> jax.Array:
+        return _at_winners_by_taps(xt, r, bi, w, dxt, dr[0] if dr else None,
+                                   k=cfg.sampling_ratio, **kw)
+
+      dval = _chunked(body, rois, b, chunk, win, *([] if drois is None else [drois]),
+                      remat=False)
       return jax.jvp(lambda v: _max_finish(v, outy, outx), (val,), (dval,))[1]
 
     return out, jax.lax.platform_dependent(cpu=by_taps, default=at_winners)
@@ -394,39 +403,12 @@ def _max(xt: jax.Array, rois: jax.Array, b: jax.Array, cfg: _Config, h: int, w_l
   return pooled(xt, rois, b)
 
 
-def _max_tangent_plan(cfg: _Config, h: int, w_len: int, cdt: Any, chunk: int) -> Any:
-  """The CPU derivative of mode="max" for calls with many output elements and a fixed sampling
-  ratio of 1 or 2, as a function ``(xt, rois, b, win, dxt, drois) -> dval`` (the tangents None
-  where zero), or None elsewhere: the tangent at each output's winning sample (``win``, from
-  ``_max_scan``) as a loop over the samples of chunks of rois, each sample's corner rows
-  gathered and masked to the outputs it won (``_at_winners_by_taps``), so that the map's
-  cotangent is one scatter of channel vectors per sample and corner, where the derivative at
-  the winners alone (``_max_at``) scatters single values. Every sample costs a pass over the
-  chunk's output, so bins of more samples keep the derivative at the winners
-  (``_MAX_DERIVATIVE_SAMPLES``)."""
-  if not 0 < cfg.sampling_ratio ** 2 <= _MAX_DERIVATIVE_SAMPLES:
-    return None
-  kx_bound = _samples_per_axis(cfg, w_len)
-  kw: dict[str, Any] = dict(cfg=cfg, h=h, w_len=w_len, cdt=cdt)
-
-  def taps(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.Array, dxt: Any,
-           drois: Any) -> jax.Array:
-    def body(r: jax.Array, bi: jax.Array, w: jax.Array, *dr: jax.Array) -> jax.Array:
-      return _at_winners_by_taps(xt, r, bi, w, dxt, dr[0] if dr else None,
-                                 k=cfg.sampling_ratio, kx_bound=kx_bound, **kw)
-
-    more = [a for a in (drois,) if a is not None]
-    return _chunked(body, rois, b, chunk, win, *more, remat=False)
-
-  return taps
-
-
 def _at_winners_by_taps(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.Array, dxt: Any,
-                        drois: Any, *, k: int, kx_bound: int, cfg: _Config, h: int, w_len: int,
+                        drois: Any, *, k: int, cfg: _Config, h: int, w_len: int,
                         cdt: Any) -> jax.Array:
   """The tangent ``(R, P, Q, C)`` of the winning samples' values (``_max_val_at``) for boxes
   whose bins have at most ``k`` samples per axis: a loop over those samples (the first ``k`` of
-  ``_axis``'s, numbered as ``_max_scan`` numbers them, ``ky * kx_bound + kx``), each one's corner
+  ``_axis``'s, numbered as ``_max_scan`` numbers them, ``ky * Kx + kx``), each one's corner
   rows gathered, weighted and added where the output took it. Two loops: in the map (its
   transpose scatters channel vectors, the weights kept) and in the boxes through the corner
   weights (checkpointed: its transpose gathers the rows again rather than keeping them)."""
@@ -436,8 +418,10 @@ def _at_winners_by_taps(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.A
     ix, wx = _axis(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt, k)[:2]
     return iy, wy, ix, wx
 
-  iy, wy, ix, wx = tables(rois)
+  (iy, wy, ix, wx), (_, dwy, _, dwx) = (jax.jvp(tables, (rois,), (drois,)) if drois is not None
+                                        else (tables(rois), (None,) * 4))
   base = b[:, None, None] * (h * w_len)
+  kx_bound = _samples_per_axis(cfg, w_len)  # Kx, as _max_scan numbers the samples
 
   def loop(src: jax.Array, pairs: list[tuple[jax.Array, jax.Array]], remat: bool) -> jax.Array:
     table = _checks.replicated(src).reshape(-1, src.shape[2])
@@ -467,7 +451,6 @@ def _at_winners_by_taps(xt: jax.Array, rois: jax.Array, b: jax.Array, win: jax.A
 
   dval = jnp.zeros(win.shape, cdt)
   if drois is not None:
-    _, (_, dwy, _, dwx) = jax.jvp(tables, (rois,), (drois,))
     dval = loop(xt, [(dwy, wx), (wy, dwx)], remat=True)
   if dxt is not None:
     dval = dval + loop(dxt, [(wy, wx)], remat=False)
@@ -647,11 +630,10 @@ def _tap_plan(cfg: _Config, n: int, num: int, c: int, h: int, w_len: int, cdt: A
   branches.append(lambda xt, r, bi: _chunked(functools.partial(general, xt), r, bi, few))
   steps = np.asarray(ladder, cdt)
 
-  # a box whose scaled coordinates overflow (inf - inf: a NaN count) takes the general plan
+  # (boxes whose scaled extent is not finite were replaced by _roi_align_jit: counts are finite)
   def need(r: jax.Array) -> jax.Array:
-    k = jnp.maximum(_needed(cfg, r[:, 1], r[:, 3], cfg.out_h, h, cdt),
-                    _needed(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt))
-    return jnp.where(jnp.isnan(k), jnp.inf, k)
+    return jnp.maximum(_needed(cfg, r[:, 1], r[:, 3], cfg.out_h, h, cdt),
+                       _needed(cfg, r[:, 0], r[:, 2], cfg.out_w, w_len, cdt))
 
   def ladder_plan(xt: jax.Array, rois: jax.Array, b: jax.Array) -> jax.Array:
     def body(r: jax.Array, bi: jax.Array) -> jax.Array:
@@ -756,11 +738,12 @@ def _tap_sums_jvp(spec: _TapSpec, primals: Any, tangents: Any) -> tuple[jax.Arra
   # recomputed every weight inside every element of its scatters' operands.
   xt, rois, b = primals
   dxt, drois, _ = tangents
-  iy, wy, ix, wx = spec.tables(rois)
+  boxes = type(drois) is not SymbolicZero
+  (iy, wy, ix, wx), (_, dwy, _, dwx) = (jax.jvp(spec.tables, (rois,), (drois,)) if boxes else
+                                        (spec.tables(rois), (None,) * 4))
   out = _tap_apply(xt, b, iy, ix, [(wy, wx)], spec)
   dout = jnp.zeros_like(out)
-  if type(drois) is not SymbolicZero:
-    _, (_, dwy, _, dwx) = jax.jvp(spec.tables, (rois,), (drois,))
+  if boxes:
     dout = _tap_apply(xt, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
   if type(dxt) is not SymbolicZero:
     dout = dout + _tap_apply(dxt, b, iy, ix, [(wy, wx)], spec)

@@ -52,6 +52,7 @@ class Table:
     self._key = key
     self._hash = hash(key)
     self._transpose: Table | None = None
+    self._transpose_live: int | None = None
     self.copy = self.k == 1 and bool(np.all(w == 1.0))
     self.live = np.any(w != 0, axis=0)
     self.live_taps = int(np.count_nonzero(self.live))
@@ -84,8 +85,10 @@ class Table:
     table took seconds to transpose)."""
     if self._transpose is not None:
       return self._transpose.live_taps
-    si = _pairs(self)[0]
-    return int(np.bincount(si).max()) if si.size else 0
+    if self._transpose_live is None:  # (asked several times per trace: counted once)
+      si = _pairs(self)[0]
+      self._transpose_live = int(np.bincount(si).max()) if si.size else 0
+    return self._transpose_live
 
 
 @functools.lru_cache(maxsize=512)

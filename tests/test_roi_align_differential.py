@@ -255,7 +255,7 @@ def test_max_sample_loop_against_onnxruntime_and_sub_bins():
 
 def test_max_derivative_on_chunks_against_central_differences(monkeypatch):
   """mode="max" calls above _MIN_ELEMENTS: with 1 or 2 samples per axis the derivative is a loop
-  over the samples masked to the outputs each won, on chunks of rois (_max_tangent_plan; more
+  over the samples masked to the outputs each won, on chunks of rois (_at_winners_by_taps; more
   samples keep the derivative at the winners, tested in test_roi_align.py). The spec's max and
   the front end's corner max, in float64 against central differences, on nine chunks (small chunks: three of the usual size would take
   half a million outputs, among which some pair of samples nearly ties, where central
