@@ -223,8 +223,15 @@ def _axis_coordinate(g: Any, length: int, cfg: _Config) -> Any:
   return u
 
 
+def _reads_outside(cfg: _Config) -> bool:
+  """Whether a tap may fall outside the input (every mode but cubic with border or reflection
+  padding, whose taps are clipped or reflected into it)."""
+  return not (cfg.mode is Mode.CUBIC and cfg.padding is not PaddingMode.ZEROS)
+
+
 def _axis_taps(g: Any, length: int, cfg: _Config) -> tuple[Any, Any, Any]:
-  """(int32 indices (..., K) inside [0, L), weights (..., K), NaN flag (...)) of one axis."""
+  """(int32 indices (..., K) inside [0, L), -1 for a tap outside the input or of a NaN point
+  where ``_reads_outside``; weights (..., K), 0 for those taps; NaN flag (...)) of one axis."""
   u = _axis_coordinate(g, length, cfg)
   pad = cfg.padding
   bad = jnp.isnan(u)
@@ -242,8 +249,8 @@ def _axis_taps(g: Any, length: int, cfg: _Config) -> tuple[Any, Any, Any]:
       idx = jnp.clip(jnp.round(_reflect(idx, length, cfg.align_corners)), 0, length - 1)
   inside = (idx >= 0) & (idx <= length - 1) & ~bad[..., None]
   w = jnp.where(inside, w, 0)
-  idx = jnp.clip(idx, 0, length - 1).astype(jnp.int32)
-  return idx, w, bad
+  idx = jnp.where(inside, idx, -1) if _reads_outside(cfg) else jnp.clip(idx, 0, length - 1)
+  return idx.astype(jnp.int32), w, bad
 
 
 def _uses_blocks(cfg: _Config) -> bool:
@@ -402,7 +409,7 @@ def _rows(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) ->
   enter as per-axis tables, combined in the gathers' loop: for r axes they take r * K values
   per point instead of K**r, which keeps a 3-D call's temporaries smaller."""
   index, weight, _ = _axis_tables(tuple(x.shape), g, cfg, cdt)
-  return _samples(cdt, _pixel_rows(x, cdt), index, weight, bad)
+  return _samples(cdt, _reads_outside(cfg), _pixel_rows(x, cdt), index, weight, bad)
 
 
 def _tap_rows(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
@@ -430,12 +437,12 @@ def _tap_rows(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   return _nan_at(bad, out).transpose(0, 2, 1)
 
 
-def _samples(cdt: Any, xt: jax.Array, index: list[jax.Array], weight: list[jax.Array],
-             bad: jax.Array) -> jax.Array:
+def _samples(cdt: Any, outside: bool, xt: jax.Array, index: list[jax.Array],
+             weight: list[jax.Array], bad: jax.Array) -> jax.Array:
   """(N, C, M): the row gathers of channels-last ``xt`` (N, P, C) at the per-axis tables
-  ``index`` and ``weight`` (``_axis_tables``), NaN where ``bad`` (N, M), as the samples'
-  channels-first layout."""
-  return _gather_rows(functools.partial(_weighted_axis_rows, cdt), xt, bad, *index,
+  ``index`` and ``weight`` (``_axis_tables``; taps outside the input read zeros where
+  ``outside``), NaN where ``bad`` (N, M), as the samples' channels-first layout."""
+  return _gather_rows(functools.partial(_weighted_axis_rows, cdt, outside), xt, bad, *index,
                       *weight).transpose(0, 2, 1)
 
 
@@ -456,36 +463,69 @@ def _pixel_rows(x: jax.Array, dtype: Any) -> jax.Array:
                                                      x.shape[1])
 
 
-def _tap_combinations(index: list[list[Any]], weight: list[list[Any]]
-                      ) -> Iterator[tuple[Any, Any]]:
-  """For every combination of one tap per axis (the first axis outermost), its flat offset
-  (the sum of the axes' offsets) and weight (the product of the axes' weights), from per axis
-  one array per tap of offsets (``index``) and of weights (``weight``)."""
-  for taps in itertools.product(*[range(len(i)) for i in index]):
-    yield (functools.reduce(operator.add, [i[t] for i, t in zip(index, taps)]),
-           functools.reduce(operator.mul, [v[t] for v, t in zip(weight, taps)]))
+def _tap_combinations(tables: list[list[list[Any]]], ops: list[Any]) -> Iterator[tuple[Any, ...]]:
+  """For every combination of one tap per axis (the first axis outermost), one value per table
+  of ``tables`` (each per axis one array per tap, e.g. the axes' offsets, weights or flags):
+  the axes' values combined by that table's op of ``ops`` (e.g. the offsets' addition of
+  ``_offset_rule``, ``operator.mul`` for the weights)."""
+  for taps in itertools.product(*[range(len(i)) for i in tables[0]]):
+    yield tuple(functools.reduce(op, [a[t] for a, t in zip(table, taps)])
+                for table, op in zip(tables, ops))
 
 
-def _weighted_axis_rows(cdt: Any, xt: jax.Array, bad: jax.Array, *tables: jax.Array) -> jax.Array:
+def _offset_rule(p: int, r: int) -> tuple[int, Any]:
+  """How a tap outside the input is marked in the flat offsets of images of ``p`` pixels and
+  ``r`` axes: (the offset of one axis' tap outside, how two axes' offsets combine), so that a
+  tap's combined offset is negative exactly where one of its axes' taps is outside. A plain
+  sum where a large negative mark keeps it so without overflowing int32 (images of up to
+  2**31 / r pixels); else the mark -1, kept by the combination. A negative offset reads zeros
+  (``_tap_rows_at``)."""
+  mark = (2 ** 31 - 1) // max(r, 1)
+  if p <= mark:
+    return -mark, operator.add
+  return -1, _add_offsets
+
+
+def _add_offsets(a: Any, b: Any) -> Any:
+  """Two axes' offsets of a tap combined: their sum, or -1 (outside the input) where either is
+  negative."""
+  return jnp.where((a | b) < 0, -1, a + b)
+
+
+def _tap_rows_at(xt: jax.Array, flat: jax.Array, outside: bool) -> jax.Array:
+  """(N, M..., C): the rows of channels-last ``xt`` (N, P, C) at the taps' flat offsets ``flat``
+  (N, M...), and zeros where ``outside`` (``_reads_outside``) for a tap outside the input (a
+  negative offset). A tap outside reads no pixel, as in PyTorch, onnxruntime and the
+  reference: a weight of 0 on a clipped edge pixel would give 0 * inf = NaN beside an infinite
+  pixel, and NaN for a point far outside an image with an infinite edge."""
+  if not outside:
+    return row_gather(xt, flat)
+  rows = row_gather(xt, jnp.maximum(flat, 0))
+  return jnp.where(flat[..., None] >= 0, rows, jnp.zeros((), xt.dtype))
+
+
+def _weighted_axis_rows(cdt: Any, outside: bool, xt: jax.Array, bad: jax.Array,
+                        *tables: jax.Array) -> jax.Array:
   """(N, M, C) from per-axis tables (each axis' flat offsets (N, M, K), then each axis'
   weights): for every combination of one tap per axis, the product of the weights times the
-  row of ``xt`` (N, P, C) at the sum of the offsets; NaN at the points where ``bad``."""
+  row of ``xt`` (N, P, C) at the combined offset (``_tap_rows_at``); NaN at the points where
+  ``bad``."""
   r = len(tables) // 2
   out = jnp.zeros(tables[0].shape[:2] + xt.shape[-1:], cdt)
   per_tap = [[a[..., t] for t in range(a.shape[-1])] for a in tables]
-  for flat, w in _tap_combinations(per_tap[:r], per_tap[r:]):
-    rows = row_gather(xt, flat)
-    out = out + w[..., None] * rows
+  add = _offset_rule(xt.shape[1], r)[1]
+  for flat, w in _tap_combinations([per_tap[:r], per_tap[r:]], [add, operator.mul]):
+    out = out + w[..., None] * _tap_rows_at(xt, flat, outside)
   return _nan_at(bad, out)
 
 
-def _weighted_taps(xt: jax.Array, flat: jax.Array, coef: jax.Array) -> jax.Array:
+def _weighted_taps(xt: jax.Array, flat: jax.Array, coef: jax.Array, outside: bool) -> jax.Array:
   """(N, M, C): for every point, the rows of channels-last ``xt`` (N, P, C) at its taps' flat
   offsets ``flat`` (N, M, T), weighted by ``coef`` (N, M, T) and summed over the taps. Linear
   in ``coef``; its transpose (``coef``'s cotangent, (N, M, T)) is each tap's row times the
   cotangent summed over the channels, a ``_fused_sum`` sum that XLA computes with the row
   gather inside its loop."""
-  rows = row_gather(xt, flat)
+  rows = _tap_rows_at(xt, flat, outside)
   return jnp.sum(_fused_sum.broadcast_last(coef, xt.shape[-1]) * rows, axis=2)
 
 
@@ -539,16 +579,18 @@ def _hidden_true() -> jax.Array:
 def _axis_tables(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
                  cdt: Any) -> tuple[list[jax.Array], list[jax.Array], jax.Array]:
   """The taps of every point of ``g`` (N, M, r) along each axis, innermost first: (per axis,
-  its taps' offsets (N, M, K) in the flat image, int32: index times the axis' stride; per
-  axis, their weights (N, M, K), 0 for a tap outside the input; the NaN flag (N, M))."""
+  its taps' offsets (N, M, K) in the flat image, int32: index times the axis' stride, or the
+  mark of ``_offset_rule`` for a tap outside the input; per axis, their weights (N, M, K), 0
+  for a tap outside the input; the NaN flag (N, M))."""
   n, _, *spatial = x_shape
   r = len(spatial)
+  mark = _offset_rule(math.prod(spatial), r)[0]
   index, weight = [], []
   bad = jnp.zeros((n, g.shape[1]), bool)
   stride = 1
   for a in range(r - 1, -1, -1):  # innermost axis first: grid[..., 0] is the innermost axis
     idx, w, nan_a = _axis_taps(g[..., r - 1 - a], spatial[a], cfg)
-    index.append(idx * stride)
+    index.append(jnp.where(idx < 0, mark, idx * stride))
     weight.append(w.astype(cdt))
     bad = bad | nan_a
     stride *= spatial[a]
@@ -558,15 +600,17 @@ def _axis_tables(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
 def _tap_table(x_shape: tuple[int, ...], g: jax.Array, cfg: _Config,
                cdt: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Every tap of every point of ``g`` (N, M, r): (its pixel's flat index (N, M, T) within its
-  image, int32; its weight (N, M, T), 0 for a tap outside the input; the NaN flag (N, M))."""
+  image, int32, negative for a tap outside the input; its weight (N, M, T), 0 for a tap
+  outside; the NaN flag (N, M))."""
   index, weight, bad = _axis_tables(x_shape, g, cfg, cdt)
-  return _over_taps(index, operator.add), _over_taps(weight, operator.mul), bad
+  add = _offset_rule(math.prod(x_shape[2:]), len(x_shape) - 2)[1]
+  return _over_taps(index, add), _over_taps(weight, operator.mul), bad
 
 
 def _over_taps(tables: list[jax.Array], op: Any) -> jax.Array:
   """(N, M, T): ``op`` over the axes of one value per axis from ``tables`` (each (N, M, K)),
   for every combination of one tap per axis, the first axis outermost (flat offsets with
-  ``operator.add``, weights with ``operator.mul``)."""
+  ``_offset_rule``'s addition, weights with ``operator.mul``)."""
   out = tables[0]
   for t in tables[1:]:
     taps = out.shape[-1] * t.shape[-1]  # explicit: a -1 cannot be inferred from zero size
@@ -574,10 +618,13 @@ def _over_taps(tables: list[jax.Array], op: Any) -> jax.Array:
   return out
 
 
-def _linear_axis_taps(u: Any, length: int, cdt: Any) -> tuple[list[Any], list[Any]]:
-  """(int32 indices inside [0, L), weights) of the two linear taps of one axis at
-  the coordinates ``u`` of ``_axis_coordinate``, one array per tap: ``_axis_taps``' values
-  for linear sampling, computed tap by tap with integer indices so that XLA fuses them into
+def _linear_axis_taps(u: Any, length: int,
+                      cdt: Any) -> tuple[list[Any], list[Any], list[Any]]:
+  """(int32 indices clipped into [0, L), weights, whether the tap is inside the input (and its
+  coordinate not NaN)) of the two linear taps of one axis at the coordinates ``u`` of
+  ``_axis_coordinate``, one array per tap: ``_axis_taps``' taps for linear sampling (there a
+  tap outside has weight 0; here the flag says so), computed tap by tap with integer indices
+  so that XLA fuses them into
   ``_fused_linear``'s loop (stacked as ``_axis_taps`` stacks them, and in floating point, the
   trilinear forward took 2.2 to 3.8 times as long as with these: every slice of a stack
   recomputes the stack's whole arithmetic inside the loop). ``u`` is finite or NaN, and within
@@ -587,13 +634,13 @@ def _linear_axis_taps(u: Any, length: int, cdt: Any) -> tuple[list[Any], list[An
   first = jnp.floor(u)
   frac = u - first
   base = first.astype(jnp.int32)
-  index, weight = [], []
+  index, weight, inside = [], [], []
   for t, w in enumerate((1 - frac, frac)):
     idx = base + t
-    inside = (idx >= 0) & (idx <= length - 1) & ~bad
+    inside.append((idx >= 0) & (idx <= length - 1) & ~bad)
     index.append(jnp.clip(idx, 0, length - 1))
-    weight.append(jnp.where(inside, w, 0).astype(cdt))
-  return index, weight
+    weight.append(w.astype(cdt))
+  return index, weight, inside
 
 
 # Bilinear sampling runs as _fused_linear with at most this many channels, or from planes of
@@ -630,8 +677,9 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   and reflection) are materialised first (behind ``_materialised`` on the CPU): inside the loop
   they would be computed again for every channel. The sum runs over the taps in the order of
   ``_weighted_axis_rows`` (innermost axis first), with the same weights and indices, so that
-  the samples are those of ``_rows``: an out-of-bounds tap reads its clipped pixel with weight
-  0 (so is a tap of an axis whose coordinate is NaN), and the samples are NaN where ``bad``
+  the samples are those of ``_rows``: a tap outside the input reads 0 in place of its clipped
+  pixel (so does a tap of an axis whose coordinate is NaN; this select replaces the one that
+  zeroed the weight, so the loop does no more work for it), and the samples are NaN where ``bad``
   (N, M) (``_nan_points``; not where an axis' coordinate alone is NaN: with align_corners an
   infinite coordinate on an axis of length 1 is 0 * inf, and reads 0 with border padding). The
   gathers are batched over the images (operand batching dimensions), so that a
@@ -648,22 +696,25 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   us, bad = _cpu_materialised(coordinates, n * m * c, g, bad)
   index: list[list[jax.Array]] = []
   weight: list[list[jax.Array]] = []
+  inside: list[list[jax.Array]] = []
   stride = 1
   for j, u in enumerate(us):
     length = spatial[r - 1 - j]
-    idx, ws = _linear_axis_taps(u, length, cdt)
+    idx, ws, ins = _linear_axis_taps(u, length, cdt)
     index.append([i * stride for i in idx])
     weight.append(ws)
+    inside.append(ins)
     stride *= length
   xf = x.astype(cdt).reshape(n, c, math.prod(spatial))
   dims = jax.lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(2,),
                                         start_index_map=(2,), operand_batching_dims=(0,),
                                         start_indices_batching_dims=(0,))
   out = jnp.zeros((n, c, m), cdt)
-  for flat, w in _tap_combinations(index, weight):
+  for flat, w, ok in _tap_combinations([index, weight, inside],
+                                       [operator.add, operator.mul, operator.and_]):
     rows = jax.lax.gather(xf, flat[..., None], dims, (1, c, 1),
                           mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
-    out = out + w[:, None, :] * rows
+    out = out + w[:, None, :] * jnp.where(ok[:, None, :], rows, jnp.zeros((), cdt))
   return jnp.where(bad[:, None, :], jnp.asarray(jnp.nan, cdt), out)
 
 
@@ -713,7 +764,8 @@ def _grid_jvp(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: _C
               cdt: Any) -> tuple[jax.Array, jax.Array]:
   """(samples, their tangent with respect to the grid), both (N, C, M) (``_grid_parts``)."""
   out, xt, flat, coef = _grid_parts(x, g, bad, tg, cfg, cdt)
-  tangent = jax.checkpoint(_weighted_taps)(xt, flat, coef)
+  weighted = functools.partial(_weighted_taps, outside=_reads_outside(cfg))
+  tangent = jax.checkpoint(weighted)(xt, flat, coef)
   # 0 where the samples are NaN (whatever the grid's tangent there), masked channels-last
   return out, jnp.where(bad[..., None], jnp.zeros((), cdt), tangent).transpose(0, 2, 1)
 
@@ -738,7 +790,7 @@ def _grid_parts(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: 
   (index, weight, _), (_, slope, _) = jax.jvp(
       lambda b: _axis_tables(tuple(x.shape), b, cfg, cdt), (g,), (jnp.ones_like(g),))
   xt = _cpu_materialised(lambda a: _pixel_rows(a, cdt), x.size, x)
-  out = _samples(cdt, xt, index, weight, bad)
+  out = _samples(cdt, _reads_outside(cfg), xt, index, weight, bad)
   # the tables run innermost axis first, as the grid's coordinates do
   parts = [_over_taps(weight[:j] + [d] + weight[j + 1:], operator.mul)
            for j, d in enumerate(slope)]
@@ -755,7 +807,8 @@ def _grid_parts(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: 
   coef = functools.reduce(operator.add, [a * t for a, t in zip(parts, spread)])
   # The taps' flat offsets materialised (behind the CPU's conditional): fused into the loop of
   # the transpose, they would be computed again from the grid for every channel of every tap.
-  flat = _cpu_materialised(lambda *i: _over_taps(list(i), operator.add), x.size, *index)
+  add = _offset_rule(math.prod(x.shape[2:]), x.ndim - 2)[1]
+  flat = _cpu_materialised(lambda *i: _over_taps(list(i), add), x.size, *index)
   return out, xt, flat, coef
 
 
@@ -795,7 +848,7 @@ def _tangent_impl(tx: jax.Array, coef: jax.Array, xt: jax.Array, flat: jax.Array
                   *, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M): the grid's part (taps' rows of ``xt`` weighted by ``coef``) plus the input's
   (``_block_rows`` of ``tx``), 0 at the points whose samples are NaN."""
-  rows = _weighted_taps(xt, flat, coef) + _block_rows(tx, g, cfg, cdt)
+  rows = _weighted_taps(xt, flat, coef, _reads_outside(cfg)) + _block_rows(tx, g, cfg, cdt)
   return _zero_at_nan_points(rows, g, cfg, cdt).transpose(0, 2, 1)
 
 
@@ -842,7 +895,8 @@ def _tangent_transpose(ct: Any, tx: Any, coef: Any, xt: Any, flat: Any, g: Any, 
   coef_ct, one = None, jnp.ones((), cdt)
   if coef_undefined:
     aval = coef.aval.update(weak_type=False)  # (with its varying mesh axes, in shard_map)
-    coef_ct = jax.linear_transpose(lambda c: _weighted_taps(xt, flat, c), aval)(ctm)[0]
+    coef_ct = jax.linear_transpose(lambda c: _weighted_taps(xt, flat, c, _reads_outside(cfg)),
+                                   aval)(ctm)[0]
     # (coef_ct, 1), on the CPU from a conditional's branch: what is computed from the one can
     # be scheduled only once coef_ct exists
 
@@ -1082,8 +1136,7 @@ def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
   xt = _pixel_rows(x, x.dtype)
 
   def nearest(xt: jax.Array, flat: jax.Array, weight: jax.Array, bad: jax.Array) -> jax.Array:
-    rows = row_gather(xt, flat[..., 0])
-    rows = jnp.where(weight[..., 0, None] > 0, rows, jnp.zeros((), x.dtype))
+    rows = _tap_rows_at(xt, flat[..., 0], outside=True)
     return _nan_at(bad, rows) if x.dtype in _FLOATS else rows
 
   out = _gather_rows(nearest, xt, flat, weight, bad)

@@ -3,6 +3,8 @@ rules, the documented deviations, gradients (check_grads and torch autograd), ji
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -117,30 +119,40 @@ def test_non_finite_grid():
   np.testing.assert_array_equal(yi.ravel(), [0, 0, 0])
 
 
-_INF_AT_THE_EDGE = [  # (x, grid, align_corners, padding modes where the three oracles agree)
-    (np.array([[[[1.0, np.inf, 3.0, 4.0, 5.0]]]]), [[-0.25, 0.0]], True, ("zeros",)),
-    (np.array([[[[1.0, 2.0], [3.0, -np.inf]]]]), [[1.0, 1.0]], False,
-     ("zeros", "border", "reflection"))]
+_CORNER = np.array([[[[1.0, 2.0, 3.0], [4.0, 5.0, np.inf]]]])
+_NAN_EDGE = np.array([[[[np.nan, 2.0, 3.0], [4.0, 5.0, 6.0]]]])
+_CUBE = np.array([1.0, 2, 3, 4, 5, 6, 7, -np.inf]).reshape(1, 1, 2, 2, 2)
+_NON_FINITE_AT_THE_EDGE = [
+    # (x, points, mode, align_corners, padding modes where the three oracles agree)
+    (np.array([[[[1.0, np.inf, 3.0, 4.0, 5.0]]]]), [[-0.25, 0.0]], "linear", True, ("zeros",)),
+    (np.array([[[[1.0, 2.0], [3.0, -np.inf]]]]), [[1.0, 1.0]], "linear", False,
+     ("zeros", "border", "reflection")),
+    # every tap outside the input (zeros padding reads 0), and taps beside the corner
+    (_CORNER, [[3.0, 3.0], [-1.0, 5.0], [1.0, 1.0], [1.2, 0.9]], "linear", False, ("zeros",)),
+    (_CORNER, [[3.0, 3.0], [0.9, 0.8], [1.2, 0.9]], "nearest", False, ("zeros",)),
+    (_CORNER, [[3.0, 3.0], [-1.0, 5.0], [1.0, 1.0]], "cubic", False, ("zeros",)),
+    (_NAN_EDGE, [[-3.0, -3.0], [-1.5, 0.0], [5.0, 5.0]], "linear", True, ("zeros",)),
+    # the fused trilinear loop
+    (_CUBE, [[1.0, 1.0, 1.0], [3.0, 3.0, 3.0]], "linear", False, ("zeros",))]
 
 
-@pytest.mark.xfail(strict=True, reason="known defect, docs/DEVIATIONS.md GridSample 7: a tap "
-                   "outside the input is clipped onto the edge pixel with weight 0, and "
-                   "0 * inf is NaN")
-@pytest.mark.parametrize("case", range(len(_INF_AT_THE_EDGE)))
-def test_infinite_pixel_beside_a_tap_outside_the_input(case):
-  """torch, onnxruntime and onnx.reference read a tap outside the input as the padding's 0 (or
-  do not clip a border coordinate within half a pixel of the edge), so an infinite edge pixel
-  weighed by the other tap gives +-inf; jaxops gives NaN (found by a random sweep). Strict: a
-  fix turns this into a failure, to be moved to the passing tests."""
+@pytest.mark.parametrize("case", range(len(_NON_FINITE_AT_THE_EDGE)))
+def test_non_finite_pixel_beside_a_tap_outside_the_input(case):
+  """A tap outside the input reads no pixel (zeros padding's 0), as in torch, onnxruntime and
+  onnx.reference, so an infinite or NaN pixel at the edge reaches only the samples that weigh
+  it: the other tap's inf stays inf, and a point whose taps are all outside reads 0. (jaxops
+  gave NaN there: it read the clipped edge pixel with weight 0, and 0 * inf is NaN; found by a
+  random sweep.)"""
   import onnxruntime as ort
   from onnx import TensorProto
-  x, grid, ac, paddings = _INF_AT_THE_EDGE[case]
-  g = np.array([grid])[:, None]
+  x, points, mode, ac, paddings = _NON_FINITE_AT_THE_EDGE[case]
+  g = np.array(points, np.float64).reshape((1,) * (x.ndim - 2) + (-1, x.ndim - 2))
+  torch_mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)
   for pad in paddings:
-    want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g), padding_mode=pad,
-                                           align_corners=ac).numpy()
+    want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g), mode=torch_mode,
+                                           padding_mode=pad, align_corners=ac).numpy()
     model = helper.make_model(helper.make_graph(
-        [helper.make_node("GridSample", ["x", "g"], ["y"], padding_mode=pad,
+        [helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad,
                           align_corners=int(ac))], "g",
         [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape)),
          helper.make_tensor_value_info("g", TensorProto.DOUBLE, list(g.shape))],
@@ -151,9 +163,11 @@ def test_infinite_pixel_beside_a_tap_outside_the_input(case):
     np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feeds)[0], want)
     np.testing.assert_array_equal(ort.InferenceSession(
         model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0], want)
-    assert np.isinf(want).all()
-    np.testing.assert_array_equal(np.asarray(jaxops.grid_sample(
-        x, g, padding_mode=pad, align_corners=ac)), want, err_msg=pad)
+    assert not np.isfinite(want).all() and not np.isnan(want).all()
+    for dtype in (np.float64, np.float32):
+      got = jaxops.grid_sample(x.astype(dtype), g.astype(dtype), mode=mode, padding_mode=pad,
+                               align_corners=ac)
+      np.testing.assert_array_equal(np.asarray(got), want.astype(dtype), err_msg=pad)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
@@ -793,3 +807,30 @@ def _check_grid_only_gradient(rng, x_shape, g_shape, large, *, mode, tmode, padd
   np.testing.assert_allclose(np.asarray(y), out.detach().numpy(), rtol=1e-10, atol=1e-12)
   np.testing.assert_allclose(np.asarray(vjp(ct)[0]), tg.grad.numpy(), rtol=1e-9, atol=1e-9)
   return f
+
+
+def test_marks_of_taps_outside_the_input(monkeypatch):
+  """A tap's flat offset is negative exactly where one of its axes' taps is outside the input,
+  without overflowing int32, under both rules of ``_offset_rule``: a large negative mark and a
+  plain sum (images of up to 2**31 / r pixels), and beyond that the mark -1 kept by the
+  combination. The second rule, forced on small images, gives the oracles' samples too."""
+  from jaxops import _grid_sample
+  rng = np.random.default_rng(5)
+  for p, r in ((12, 2), (2 ** 30 - 1, 2), (2 ** 30 + 1, 2), (715827882, 3), (715827883, 3)):
+    mark, add = _grid_sample._offset_rule(p, r)
+    assert (add is _grid_sample._add_offsets) == (p > (2 ** 31 - 1) // r)
+    # per axis: offsets whose inside sum is at most p - 1, or the mark
+    parts = [rng.integers(0, p // r, size=1000, dtype=np.int32) for _ in range(r)]
+    outside = [rng.random(1000) < 0.3 for _ in range(r)]
+    marked = [jnp.where(o, mark, v) for v, o in zip(parts, outside)]
+    combined = np.asarray(functools.reduce(add, marked))
+    any_outside = functools.reduce(np.logical_or, outside)
+    np.testing.assert_array_equal(combined < 0, any_outside)
+    np.testing.assert_array_equal(combined[~any_outside], sum(parts)[~any_outside])
+  monkeypatch.setattr(_grid_sample, "_offset_rule", lambda p, r: (-1, _grid_sample._add_offsets))
+  jax.clear_caches()
+  try:
+    for case in range(len(_NON_FINITE_AT_THE_EDGE)):
+      test_non_finite_pixel_beside_a_tap_outside_the_input(case)
+  finally:
+    jax.clear_caches()
