@@ -644,27 +644,34 @@ def _linear_axis_taps(u: Any, length: int,
 
 
 # Bilinear sampling runs as _fused_linear with at most this many channels, or from planes of
-# at least _FUSED_PLANE pixels; else as row gathers (_uses_fused_linear).
+# at least _FUSED_PLANE pixels; else as row gathers (_uses_fused_linear). As the primal of the
+# gradient in x alone, from planes of at least _FUSED_PLANE_JVP pixels: on 8x32x128x128 that
+# gradient took 1.6-1.8 times as long with the fused loop's primal as with the row gathers'
+# (the same with an optimization barrier on it; docs/PERFORMANCE.md).
 _FUSED_CHANNELS = 4
-_FUSED_PLANE = 256 * 256
+_FUSED_PLANE = 96 * 96
+_FUSED_PLANE_JVP = 256 * 256
 
 
-def _uses_fused_linear(cfg: _Config, x_shape: tuple[int, ...]) -> bool:
+def _uses_fused_linear(cfg: _Config, x_shape: tuple[int, ...],
+                       plane: int = _FUSED_PLANE) -> bool:
   """Whether the forward is ``_fused_linear`` rather than the row gathers (``_rows``), as
   measured on the CPU (interleaved in one process, docs/PERFORMANCE.md): trilinear sampling
   always (0.74-0.85 of the row gathers' time on 2x16x32x64x64); bilinear with few channels,
   where the rows are short (8x1x128x128 0.51, 8x3x128x128 0.72, 8x3x512x512 0.41,
-  8x4x256x256 0.63), or from large planes, where the row gathers' channels-last copy and
-  samples reach tens of megabytes (8x8x256x256 0.38, 8x16x256x256 0.54, 2x32x256x256 0.82,
-  4x32x256x256 0.80); not on smaller planes with more channels (8x8x128x128 1.09,
-  8x64x64x64 1.81, 8x32x128x128 0.88-1.25). One axis or more than three: not measured, the
+  8x4x256x256 0.63), or from planes of ``plane`` pixels or more (96 x 96: since the row
+  gathers read zeros for taps outside the input, the fused loop took 0.54-0.94 of their time
+  on 8x32x128x128, 8x16x128x128, 8x64x128x128, 2x128x128x128, 8x8x128x128, 8x16x96x96,
+  8x64x96x96 and 2x256x96x96, three processes; 256 x 256 under differentiation: see
+  ``_FUSED_PLANE_JVP``); not on smaller planes with more channels (4x32x80x80 1.5-1.9,
+  8x32x64x64 0.9-1.6, 4x128x32x32 1.0-1.7). One axis or more than three: not measured, the
   row gathers."""
   _, c, *spatial = x_shape
   if cfg.mode is not Mode.LINEAR:
     return False
   if len(spatial) == 3:
     return True
-  return len(spatial) == 2 and (c <= _FUSED_CHANNELS or math.prod(spatial) >= _FUSED_PLANE)
+  return len(spatial) == 2 and (c <= _FUSED_CHANNELS or math.prod(spatial) >= plane)
 
 
 def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
@@ -718,9 +725,11 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   return jnp.where(bad[:, None, :], jnp.asarray(jnp.nan, cdt), out)
 
 
-def _forward(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
-  """(N, C, M) linear/cubic samples: ``_fused_linear`` where it is faster, else ``_rows``."""
-  if _uses_fused_linear(cfg, tuple(x.shape)):
+def _forward(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any,
+             plane: int = 0) -> jax.Array:
+  """(N, C, M) linear/cubic samples: ``_fused_linear`` where it is faster (``_uses_fused_linear``
+  with ``plane`` for its threshold if given), else ``_rows``."""
+  if _uses_fused_linear(cfg, tuple(x.shape), plane or _FUSED_PLANE):
     return _fused_linear(x, g, bad, cfg, cdt)
   return _rows(x, g, bad, cfg, cdt)
 
@@ -746,7 +755,7 @@ def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any
 
   # JAX calls the rule only when some tangent is nonzero
   if isinstance(tg, SymbolicZero):
-    return _forward(x, g, bad, cfg, cdt), x_part()
+    return _forward(x, g, bad, cfg, cdt, _FUSED_PLANE_JVP), x_part()
   if isinstance(tx, SymbolicZero):
     return _grid_jvp(x, g, bad, tg, cfg, cdt)  # the grid's part: row gathers, no scatter
   if _uses_blocks(cfg):  # both parts, as one primitive whose transpose orders them
