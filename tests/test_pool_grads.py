@@ -96,7 +96,7 @@ def test_jit_eager_and_vmap_match_the_spec_loop():
   static = jax.jit(jaxops.average_pool, static_argnames=("kernel_shape", "strides"))
   want = x[:, :, :6, :6].astype(np.float64).reshape(2, 3, 3, 2, 3, 2).mean(axis=(3, 5))
   np.testing.assert_allclose(np.asarray(static(x, kernel_shape=(2, 2), strides=(2, 2))), want,
-                             rtol=1e-6)
+                             rtol=1e-6, atol=1e-6)
 
 
 def test_vmap():

@@ -257,9 +257,11 @@ def test_max_derivative_on_chunks_against_central_differences(monkeypatch):
   """mode="max" calls above _MIN_ELEMENTS: with 1 or 2 samples per axis the derivative is a loop
   over the samples masked to the outputs each won, on chunks of rois (_at_winners_by_taps; more
   samples keep the derivative at the winners, tested in test_roi_align.py). The spec's max and
-  the front end's corner max, in float64 against central differences, on nine chunks (small chunks: three of the usual size would take
-  half a million outputs, among which some pair of samples nearly ties, where central
-  differences cross the switch of winner)."""
+  the front end's corner max, in float64 against central differences, on nine chunks (small
+  chunks: three of the usual size would take half a million outputs, among which some pair of
+  samples nearly ties, where central differences cross the switch of winner). Steps of 1e-8:
+  with 1e-6 a pair of samples 3e-7 apart (another seed's draw) switched winner inside the
+  step."""
   monkeypatch.setattr(_roi_align, "_CHUNK_BYTES", 1 << 16)
   rng = np.random.default_rng(0)
   with jax.enable_x64():
@@ -274,7 +276,7 @@ def test_max_derivative_on_chunks_against_central_differences(monkeypatch):
         cfg = _roi_align._config("max", 7, 7, sampling_ratio, 1.0, "half_pixel", None,
                                  corner_max)
         f = lambda v, r, c=cfg: _roi_align._roi_align_checked(v, r, b, c)  # noqa: E731
-        check_grads(f, (x, rois), order=1, modes=("fwd", "rev"), eps=1e-6)
+        check_grads(f, (x, rois), order=1, modes=("fwd", "rev"), eps=1e-8)
 
 
 def test_deviation_roialign_10_reference_shifts_by_half_a_pixel():
