@@ -726,10 +726,10 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
 
 
 def _forward(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any,
-             plane: int = 0) -> jax.Array:
+             plane: int = _FUSED_PLANE) -> jax.Array:
   """(N, C, M) linear/cubic samples: ``_fused_linear`` where it is faster (``_uses_fused_linear``
-  with ``plane`` for its threshold if given), else ``_rows``."""
-  if _uses_fused_linear(cfg, tuple(x.shape), plane or _FUSED_PLANE):
+  from planes of ``plane`` pixels), else ``_rows``."""
+  if _uses_fused_linear(cfg, tuple(x.shape), plane):
     return _fused_linear(x, g, bad, cfg, cdt)
   return _rows(x, g, bad, cfg, cdt)
 
