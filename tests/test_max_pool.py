@@ -863,3 +863,45 @@ def test_results_are_not_weakly_typed():
   for y in (F.adaptive_avg_pool2d(w, (4, 3)), F.adaptive_avg_pool2d(w, (3, 2)),
             jaxops.resize(w, scales=(1, 1, 2, 2), mode="linear")):
     assert not y.weak_type and (y + jnp.float16(1)).dtype == w.dtype
+
+
+def _unpool_node_model(version, s_rank):
+  node = helper.make_node("MaxUnpool", ["x", "i", "s"], ["y"], kernel_shape=[2, 2],
+                          strides=[2, 2])
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+                    helper.make_tensor_value_info("i", TensorProto.INT64, [1, 1, 2, 2]),
+                    # symbolic lengths: onnx's shape inference would refuse fixed wrong ones
+                    helper.make_tensor_value_info("s", TensorProto.INT64,
+                                                  [f"d{k}" for k in range(s_rank)])],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])]),
+      opset_imports=[helper.make_opsetid("", version)])
+  model.ir_version = 10
+  return node, model
+
+
+@pytest.mark.parametrize("shape", [[4, 4], [1, 1, 1, 4, 4], [[1, 1], [4, 4]], []])
+@pytest.mark.parametrize("version", [9, 11, 22])
+def test_onnx_max_unpool_output_shape_must_name_every_axis(shape, version):
+  """The node's `output_shape` is the output's whole shape, a 1-D tensor of one length per axis
+  of X: onnxruntime refuses the pooled axes alone, a longer or 2-D tensor and an empty one, and
+  so does the front end (jaxops.max_unpool itself takes the pooled axes alone as a shorthand)."""
+  x = np.array([[[[1, 2], [3, 4]]]], np.float32)
+  i = np.array([[[[5, 7], [13, 15]]]], np.int64)
+  s = np.array(shape, np.int64)
+  node, model = _unpool_node_model(version, s.ndim)
+  with pytest.raises(Exception):  # noqa: B017 (onnxruntime's own error types)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess.run(None, {"x": x, "i": i, "s": s})
+  with pytest.raises(ValueError, match=rf"MaxUnpool-{version}: input `output_shape` must be a "
+                     r"1-D tensor of 4 elements .*; got a tensor of shape \("):
+    Backend.run_node(node, [x, i, s], opset_version=version)
+  # a model: the same error, or onnx's shape inference refusing a 2-D tensor first
+  with pytest.raises(ValueError, match=r"MaxUnpool.*output_shape.*(1-D tensor|rank 1)"):
+    Backend.run_model(model, [x, i, s])
+  # the whole shape is accepted, and gives onnxruntime's result
+  full = np.array([1, 1, 4, 4], np.int64)
+  node, model = _unpool_node_model(version, 1)
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  np.testing.assert_array_equal(Backend.run_node(node, [x, i, full], opset_version=version)[0],
+                                sess.run(None, {"x": x, "i": i, "s": full})[0])

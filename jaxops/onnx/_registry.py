@@ -535,7 +535,14 @@ def _max_unpool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     inputs = list(inputs) + [None] * (3 - len(inputs))
     x, indices, output_shape = inputs[:3]
-    output_shape = _optional(output_shape)
+    if output_shape is not None:
+      # the node's output shape, one length per axis of X (as ONNX's shape inference requires):
+      # not jaxops.max_unpool's shorter form of the pooled axes alone, nor an empty tensor
+      shape = np.shape(output_shape)
+      if shape != (np.ndim(x),):
+        raise ValueError(f"MaxUnpool-{version}: input `output_shape` must be a 1-D tensor of "
+                         f"{np.ndim(x)} elements (one per axis of X, shape {np.shape(x)}); got "
+                         f"a tensor of shape {shape}")
     return [max_unpool(x, indices, ints(attrs["kernel_shape"]) or (),
                        strides=ints(attrs.get("strides")), pads=ints(attrs.get("pads")),
                        output_shape=ints(output_shape))]
