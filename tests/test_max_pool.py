@@ -905,3 +905,22 @@ def test_onnx_max_unpool_output_shape_must_name_every_axis(shape, version):
   sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
   np.testing.assert_array_equal(Backend.run_node(node, [x, i, full], opset_version=version)[0],
                                 sess.run(None, {"x": x, "i": i, "s": full})[0])
+
+
+@pytest.mark.parametrize("op, version", [("LpPool", 22), ("GlobalLpPool", 2)])
+def test_deviation_lp_pool_p_below_one_is_refused(op, version):
+  """DEVIATIONS LpPool 7: p = 0 and p = -1 are refused (no Lp norm has them); onnxruntime (and
+  onnx.reference, which has no GlobalLpPool) compute (sum |x| ** -1) ** -1 for p = -1."""
+  attrs = dict(kernel_shape=[2], strides=[2]) if op == "LpPool" else {}
+  x = row(1.0, 4.0, dtype=np.float32)
+  for p in (0, -1):
+    model = _node_model(op, version, dict(attrs, p=p), [1, 1, 2])
+    with pytest.raises(ValueError, match=r"`p` must be a positive integer; got " + str(p)):
+      Backend.run_model(model, [x])
+  model = _node_model(op, version, dict(attrs, p=-1), [1, 1, 2])
+  want = row(0.8, dtype=np.float32)  # 1 / (1 / 1 + 1 / 4)
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6)
+  if op == "LpPool":
+    np.testing.assert_allclose(ReferenceEvaluator(model).run(None, {"x": x})[0], want,
+                               rtol=1e-6)
