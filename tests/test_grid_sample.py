@@ -123,6 +123,9 @@ def test_non_finite_grid():
 _CORNER = np.array([[[[1.0, 2.0, 3.0], [4.0, 5.0, np.inf]]]])
 _NAN_EDGE = np.array([[[[np.nan, 2.0, 3.0], [4.0, 5.0, 6.0]]]])
 _CUBE = np.array([1.0, 2, 3, 4, 5, 6, 7, -np.inf]).reshape(1, 1, 2, 2, 2)
+_WIDE = np.arange(16 * 96 * 96, dtype=np.float64).reshape(1, 16, 96, 96) / 1000
+_WIDE[0, :, 0, 1] = np.inf   # beside the top edge
+_WIDE[0, :, 95, 95] = np.nan  # the bottom right corner
 _NON_FINITE_AT_THE_EDGE = [
     # (x, points, mode, align_corners, padding modes where the three oracles agree)
     (np.array([[[[1.0, np.inf, 3.0, 4.0, 5.0]]]]), [[-0.25, 0.0]], "linear", True, ("zeros",)),
@@ -134,7 +137,10 @@ _NON_FINITE_AT_THE_EDGE = [
     (_CORNER, [[3.0, 3.0], [-1.0, 5.0], [1.0, 1.0]], "cubic", False, ("zeros",)),
     (_NAN_EDGE, [[-3.0, -3.0], [-1.5, 0.0], [5.0, 5.0]], "linear", True, ("zeros",)),
     # the fused trilinear loop
-    (_CUBE, [[1.0, 1.0, 1.0], [3.0, 3.0, 3.0]], "linear", False, ("zeros",))]
+    (_CUBE, [[1.0, 1.0, 1.0], [3.0, 3.0, 3.0]], "linear", False, ("zeros",)),
+    # the fused bilinear loop's per-point tap tables (16 channels, a 96 x 96 plane)
+    (_WIDE, [[-1 + 2 / 95, -1 - 0.5 / 95], [3.0, 3.0], [1.0 - 0.5 / 95, 1.0 + 0.2 / 95],
+             [1.0, 1.0]], "linear", True, ("zeros",))]
 
 
 @pytest.mark.parametrize("case", range(len(_NON_FINITE_AT_THE_EDGE)))
@@ -677,8 +683,10 @@ def test_both_linear_forwards_equal_torch(padding_mode, align_corners):
                              align_corners)
   rng = np.random.default_rng(24)
   for x_shape, fused in [((2, 3, 37, 41), True), ((2, 6, 37, 41), False),
-                         ((1, 6, 256, 257), True)]:
+                         ((1, 6, 256, 257), True), ((2, 16, 97, 100), True)]:
     assert _grid_sample._uses_fused_linear(cfg, x_shape) is fused
+    # the last: the fused loop from per-point tap tables
+    assert (x_shape[1] >= _grid_sample._FUSED_TABLE_CHANNELS) is (x_shape[1] == 16)
     x = rng.standard_normal(x_shape)
     g = rng.uniform(-1.3, 1.3, (x_shape[0], 48, 45, 2))
     g.reshape(-1, 2)[::97] = rng.uniform(-9.0, 9.0, 2)
