@@ -685,3 +685,23 @@ def test_integer_flags_and_float_sizes_are_type_errors_as_in_torch():
     TF.grid_sample(torch.tensor(x), torch.tensor(g), align_corners=np.True_)
   with pytest.raises(TypeError, match="grid_sample: argument `align_corners`.*Python bool"):
     F.grid_sample(x, g, align_corners=np.True_)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_affine_grid_of_a_unit_axis_deviation_is_pinned(dtype):
+  """DEVIATIONS jaxops.torch 11: torch 2.13's CPU affine_grid has no half-type kernel for a size
+  with an axis of length 1 (NotImplementedError); jaxops.torch computes in float32 and rounds
+  once. Oracle: torch's float32 grid from the same half-type theta, rounded to the half type."""
+  import ml_dtypes
+
+  dt = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+  tdt = getattr(torch, dtype)
+  theta = (np.eye(2, 3)[None] + np.random.default_rng(5).uniform(-0.3, 0.3, (1, 2, 3))).astype(dt)
+  for size in ((1, 1, 1, 4), (1, 2, 3, 1), (1, 1, 1, 1, 5)):
+    th = theta if len(size) == 4 else np.eye(3, 4)[None].astype(dt)
+    with pytest.raises(NotImplementedError):
+      TF.affine_grid(torch.tensor(th.astype(np.float32)).to(tdt), size, False)
+    want = TF.affine_grid(torch.tensor(th.astype(np.float32)), size, False).to(tdt).float()
+    got = F.affine_grid(jnp.asarray(th), size, False)
+    assert got.dtype == np.dtype(dt)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), want.numpy())
