@@ -642,35 +642,44 @@ def _linear_axis_taps(u: Any, length: int,
   return index, weight, inside
 
 
-# Bilinear sampling runs as _fused_linear with at most this many channels, or from planes of
-# at least _FUSED_PLANE pixels; else as row gathers (_uses_fused_linear). As the primal of the
-# gradient in x alone, from planes of at least _FUSED_PLANE_JVP pixels: on 8x32x128x128 that
-# gradient took 1.6-1.8 times as long with the fused loop's primal as with the row gathers'
-# (the same with an optimization barrier on it; docs/PERFORMANCE.md).
+# Bilinear sampling runs as _fused_linear with at most _FUSED_CHANNELS channels, with at least
+# _FUSED_TABLE_CHANNELS (the loop then reads per-point tap tables) or from planes of at least
+# _FUSED_PLANE pixels; else as row gathers (_uses_fused_linear). As the primal of the gradient
+# in x alone, from planes of at least _FUSED_PLANE_JVP pixels: on 8x32x128x128 that gradient
+# took 1.6-1.8 times as long with the fused loop's primal as with the row gathers' (the same
+# with an optimization barrier on it; docs/PERFORMANCE.md).
 _FUSED_CHANNELS = 4
+_FUSED_TABLE_CHANNELS = 8
 _FUSED_PLANE = 96 * 96
 _FUSED_PLANE_JVP = 256 * 256
 
 
-def _uses_fused_linear(cfg: _Config, x_shape: tuple[int, ...],
-                       plane: int = _FUSED_PLANE) -> bool:
+def _uses_fused_linear(cfg: _Config, x_shape: tuple[int, ...], jvp_primal: bool = False) -> bool:
   """Whether the forward is ``_fused_linear`` rather than the row gathers (``_rows``), as
   measured on the CPU (interleaved in one process, docs/PERFORMANCE.md): trilinear sampling
   always (0.74-0.85 of the row gathers' time on 2x16x32x64x64); bilinear with few channels,
   where the rows are short (8x1x128x128 0.51, 8x3x128x128 0.72, 8x3x512x512 0.41,
-  8x4x256x256 0.63), or from planes of ``plane`` pixels or more (96 x 96: since the row
-  gathers read zeros for taps outside the input, the fused loop took 0.54-0.94 of their time
-  on 8x32x128x128, 8x16x128x128, 8x64x128x128, 2x128x128x128, 8x8x128x128, 8x16x96x96,
-  8x64x96x96 and 2x256x96x96, three processes; 256 x 256 under differentiation: see
-  ``_FUSED_PLANE_JVP``); not on smaller planes with more channels (4x32x80x80 1.5-1.9,
-  8x32x64x64 0.9-1.6, 4x128x32x32 1.0-1.7). One axis or more than three: not measured, the
-  row gathers."""
+  8x4x256x256 0.63); with ``_FUSED_TABLE_CHANNELS`` channels or more from any plane, where
+  the loop reads per-point tap tables (0.64-0.98 of the row gathers' time, two threads, on
+  8x8x64x64, 8x16x32x32, 8x16x64x64, 8x32x64x64, 4x32x48x48, 4x32x80x80, 8x32x80x80,
+  8x64x64x64, 16x64x32x32, 4x128x32x32, 8x256x16x16 and 2x512x8x8; the loop without tables
+  took 1.5-1.9 of their time on 4x32x80x80); or from planes of 96 x 96 pixels or more (the
+  loop without tables 0.54-0.94 of the row gathers' time on 8x16x128x128, 8x64x128x128,
+  2x128x128x128, 8x8x128x128, 8x16x96x96, 8x64x96x96 and 2x256x96x96). As the primal of the
+  gradient in x alone (``jvp_primal``), only with few channels or from planes of 256 x 256
+  (``_FUSED_PLANE_JVP``). One axis or more than three: not measured, the row gathers."""
   _, c, *spatial = x_shape
   if cfg.mode is not Mode.LINEAR:
     return False
   if len(spatial) == 3:
     return True
-  return len(spatial) == 2 and (c <= _FUSED_CHANNELS or math.prod(spatial) >= plane)
+  if len(spatial) != 2:
+    return False
+  if c <= _FUSED_CHANNELS:
+    return True
+  if jvp_primal:
+    return math.prod(spatial) >= _FUSED_PLANE_JVP
+  return c >= _FUSED_TABLE_CHANNELS or math.prod(spatial) >= _FUSED_PLANE
 
 
 def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
@@ -723,21 +732,17 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   return jnp.where(bad[:, None, :], jnp.asarray(jnp.nan, cdt), out)
 
 
-# Bilinear sampling in _fused_linear reads per-point tap tables from this many channels.
-_FUSED_TABLE_CHANNELS = 16
-
-
 def _fused_linear_tables(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
                          cdt: Any) -> jax.Array:
   """``_fused_linear`` for bilinear sampling with many channels: each point's four taps (flat
   offset, negative for a tap outside the input as ``_offset_rule`` marks it, and weight) are
   computed once per point and materialised, and the loop over the channels-first output reads
   them instead of computing them again for every channel. The same samples, bitwise (the same
-  weights, products and order of the sum). On the CPU, one thread, interleaved in one process
-  (docs/PERFORMANCE.md): 0.89-0.97 of ``_fused_linear``'s time with 16-64 channels
-  (8x16x128x128, 8x32x128x128, 8x64x96x96); with few channels the tables cost more than they
-  save (8x3x128x128 1.4, 8x1x256x256 2.1), and trilinear's eight taps too (2x16x32x64x64
-  1.3-1.4)."""
+  weights, products and order of the sum). On the CPU, interleaved in one process against the
+  loop without tables (docs/PERFORMANCE.md): 0.81-0.87 on 8x32x128x128 (two threads, three
+  runs; 0.90 on one thread), 0.78-1.12 on 2x128x128x128 and 0.82-1.04 on 8x16x96x96 (mixed);
+  with few channels the tables cost more than they save (8x3x128x128 1.4, 8x1x256x256 2.1 on
+  one thread; 8x6x128x128 1.16), and trilinear's eight taps too (2x16x32x64x64 1.3-1.4)."""
   n, c, *spatial = x.shape
   r = len(spatial)
   m = g.shape[1]
@@ -778,10 +783,10 @@ def _gather_planes(xf: jax.Array, flat: jax.Array) -> jax.Array:
 
 
 def _forward(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config, cdt: Any,
-             plane: int = _FUSED_PLANE) -> jax.Array:
-  """(N, C, M) linear/cubic samples: ``_fused_linear`` where it is faster (``_uses_fused_linear``
-  from planes of ``plane`` pixels), else ``_rows``."""
-  if _uses_fused_linear(cfg, tuple(x.shape), plane):
+             jvp_primal: bool = False) -> jax.Array:
+  """(N, C, M) linear/cubic samples: ``_fused_linear`` where it is faster (``_uses_fused_linear``;
+  ``jvp_primal``: as the primal of the gradient in x alone), else ``_rows``."""
+  if _uses_fused_linear(cfg, tuple(x.shape), jvp_primal):
     return _fused_linear(x, g, bad, cfg, cdt)
   return _rows(x, g, bad, cfg, cdt)
 
@@ -807,7 +812,7 @@ def _interpolate_jvp(cfg: _Config, cdt: Any, primals: Any, tangents: Any) -> Any
 
   # JAX calls the rule only when some tangent is nonzero
   if isinstance(tg, SymbolicZero):
-    return _forward(x, g, bad, cfg, cdt, _FUSED_PLANE_JVP), x_part()
+    return _forward(x, g, bad, cfg, cdt, jvp_primal=True), x_part()
   if isinstance(tx, SymbolicZero):
     return _grid_jvp(x, g, bad, tg, cfg, cdt)  # the grid's part: row gathers, no scatter
   if _uses_blocks(cfg):  # both parts, as one primitive whose transpose orders them

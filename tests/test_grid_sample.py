@@ -683,10 +683,13 @@ def test_both_linear_forwards_equal_torch(padding_mode, align_corners):
                              align_corners)
   rng = np.random.default_rng(24)
   for x_shape, fused in [((2, 3, 37, 41), True), ((2, 6, 37, 41), False),
-                         ((1, 6, 256, 257), True), ((2, 16, 97, 100), True)]:
+                         ((1, 6, 256, 257), True), ((2, 8, 37, 41), True),
+                         ((2, 16, 97, 100), True)]:
     assert _grid_sample._uses_fused_linear(cfg, x_shape) is fused
-    # the last: the fused loop from per-point tap tables
-    assert (x_shape[1] >= _grid_sample._FUSED_TABLE_CHANNELS) is (x_shape[1] == 16)
+    # the last two: the fused loop from per-point tap tables
+    assert (x_shape[1] >= _grid_sample._FUSED_TABLE_CHANNELS) is (x_shape[1] >= 8)
+    assert _grid_sample._uses_fused_linear(cfg, x_shape, jvp_primal=True) is (
+        x_shape[1] == 3 or x_shape[2] * x_shape[3] >= 256 * 256)
     x = rng.standard_normal(x_shape)
     g = rng.uniform(-1.3, 1.3, (x_shape[0], 48, 45, 2))
     g.reshape(-1, 2)[::97] = rng.uniform(-9.0, 9.0, 2)
