@@ -367,3 +367,25 @@ def test_cast_checks_each_dtype_once_and_bad_dtypes_every_time(monkeypatch):
     with pytest.raises(TypeError, match=r"argument `x` has complex dtype complex64"):
       jaxops.cast(x.astype(jnp.complex64), "FLOAT")
   assert np.dtype(np.complex64) not in _cast._CHECKED_DTYPES
+
+
+def test_numpy_inputs_reach_the_device_without_a_compile_of_their_own(monkeypatch):
+  """A NumPy input goes to the device through jax.device_put: jnp.asarray would run a jitted
+  copy (``lax.stage``), compiled once per new shape, before the operator's own program. The
+  result is jnp.asarray's (dtype canonicalised, not weak, errors alike), also for NumPy
+  scalars and views."""
+  from jax._src import compiler
+  compiled = []
+  real = compiler.backend_compile_and_load
+  monkeypatch.setattr(compiler, "backend_compile_and_load",
+                      lambda *a, **k: compiled.append(1) or real(*a, **k))
+  x = RNG.standard_normal((2, 3, 4, 131)).astype(np.float32)  # a shape no other test uses
+  y = jaxops.global_max_pool(x)
+  assert len(compiled) == 1  # the operator's program alone (two with jnp.asarray's copy)
+  np.testing.assert_array_equal(np.asarray(y), x.max(axis=(2, 3), keepdims=True))
+  for value in (x, x[:, :, ::2, ::3], np.asfortranarray(x[0, 0]), np.float32(2.5), np.int64(7),
+                np.arange(6.0), np.arange(3, dtype=np.uint8)):
+    _same(_checks.as_array(value), jnp.asarray(value))
+  for bad in (np.array(["a"]), np.array([1, "a"], dtype=object)):
+    with pytest.raises(TypeError, match=r"jaxops: argument `x` must be an array of numbers"):
+      _checks.as_array(bad)
