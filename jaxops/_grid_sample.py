@@ -34,7 +34,7 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import jax
@@ -623,11 +623,11 @@ def _linear_axis_taps(u: Any, length: int,
   """(int32 indices clipped into [0, L), weights, whether the tap is inside the input (and its
   coordinate not NaN)) of the two linear taps of one axis at the coordinates ``u`` of
   ``_axis_coordinate``, one array per tap: ``_axis_taps``' taps for linear sampling (there a
-  tap outside has weight 0; here the flag says so), computed tap by tap with integer indices
-  so that XLA fuses them into ``_fused_linear``'s loop (stacked as ``_axis_taps`` stacks them, and in floating point, the
-  trilinear forward took 2.2 to 3.8 times as long as with these: every slice of a stack
-  recomputes the stack's whole arithmetic inside the loop). ``u`` is finite or NaN, and within
-  ``_FAR`` pixels of the input, so its floor fits in int32."""
+  tap outside has weight 0; here the flag says so), computed tap by tap with integer indices so
+  that XLA fuses them into ``_fused_linear``'s loop (stacked as ``_axis_taps`` stacks them, and
+  in floating point, the trilinear forward took 2.2 to 3.8 times as long as with these: every
+  slice of a stack recomputes the stack's whole arithmetic inside the loop). ``u`` is finite
+  or NaN, and within ``_FAR`` pixels of the input, so its floor fits in int32."""
   bad = jnp.isnan(u)
   u = jnp.where(bad, 0, u)
   first = jnp.floor(u)
@@ -699,75 +699,60 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   infinite coordinate on an axis of length 1 is 0 * inf, and reads 0 with border padding). The
   gathers are batched over the images (operand batching dimensions), so that a
   batch-sharded input needs no collective. Bilinear sampling of ``_FUSED_TABLE_CHANNELS`` or
-  more channels reads each point's taps from tables (``_fused_linear_tables``)."""
+  more channels reads each point's four taps from tables computed once per point and
+  materialised, instead of computing them again for every channel inside the loop: the flat
+  offset, negative for a tap outside the input as ``_offset_rule`` marks it, and the weight.
+  The same samples, bitwise (the same weights, products and order of the sum). On the CPU,
+  interleaved in one process against the loop without tables (docs/PERFORMANCE.md): 0.81-0.87
+  on 8x32x128x128 (two threads, three runs; 0.90 on one thread), 0.78-1.12 on 2x128x128x128
+  and 0.82-1.04 on 8x16x96x96 (mixed); with few channels the tables cost more than they save
+  (8x3x128x128 1.4, 8x1x256x256 2.1 on one thread; 8x6x128x128 1.16), and trilinear's eight
+  taps too (2x16x32x64x64 1.3-1.4)."""
   n, c, *spatial = x.shape
   r = len(spatial)
   m = g.shape[1]
-  if r == 2 and c >= _FUSED_TABLE_CHANNELS:
-    return _fused_linear_tables(x, g, bad, cfg, cdt)
 
-  def coordinates(b: jax.Array, nan: jax.Array) -> tuple[list[jax.Array], jax.Array]:
-    # innermost axis first, as the grid's; the flags pass through, so that the loop reads them
-    # rather than the grid's three coordinates
-    return [_axis_coordinate(b[..., j], spatial[r - 1 - j], cfg) for j in range(r)], nan
-
-  us, bad = _cpu_materialised(coordinates, n * m * c, g, bad)
-  index: list[list[jax.Array]] = []
-  weight: list[list[jax.Array]] = []
-  inside: list[list[jax.Array]] = []
-  stride = 1
-  for j, u in enumerate(us):
-    length = spatial[r - 1 - j]
-    idx, ws, ins = _linear_axis_taps(u, length, cdt)
-    index.append([i * stride for i in idx])
-    weight.append(ws)
-    inside.append(ins)
-    stride *= length
-  xf = x.astype(cdt).reshape(n, c, math.prod(spatial))
-  out = jnp.zeros((n, c, m), cdt)
-  for flat, w, ok in _tap_combinations([index, weight, inside],
-                                       [operator.add, operator.mul, operator.and_]):
-    rows = _gather_planes(xf, flat)
-    out = out + w[:, None, :] * jnp.where(ok[:, None, :], rows, jnp.zeros((), cdt))
-  return jnp.where(bad[:, None, :], jnp.asarray(jnp.nan, cdt), out)
-
-
-def _fused_linear_tables(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
-                         cdt: Any) -> jax.Array:
-  """``_fused_linear`` for bilinear sampling with many channels: each point's four taps (flat
-  offset, negative for a tap outside the input as ``_offset_rule`` marks it, and weight) are
-  computed once per point and materialised, and the loop over the channels-first output reads
-  them instead of computing them again for every channel. The same samples, bitwise (the same
-  weights, products and order of the sum). On the CPU, interleaved in one process against the
-  loop without tables (docs/PERFORMANCE.md): 0.81-0.87 on 8x32x128x128 (two threads, three
-  runs; 0.90 on one thread), 0.78-1.12 on 2x128x128x128 and 0.82-1.04 on 8x16x96x96 (mixed);
-  with few channels the tables cost more than they save (8x3x128x128 1.4, 8x1x256x256 2.1 on
-  one thread; 8x6x128x128 1.16), and trilinear's eight taps too (2x16x32x64x64 1.3-1.4)."""
-  n, c, *spatial = x.shape
-  r = len(spatial)
-  m = g.shape[1]
-  mark, add = _offset_rule(math.prod(spatial), r)
-
-  def tables(b: jax.Array, nan: jax.Array) -> tuple[list[jax.Array], list[jax.Array],
-                                                     jax.Array]:
+  def axis_taps(us: list[jax.Array]) -> list[list[list[jax.Array]]]:
+    # per axis (innermost first, as the grid's) and tap: flat offsets, weights, inside flags
     index: list[list[jax.Array]] = []
     weight: list[list[jax.Array]] = []
+    inside: list[list[jax.Array]] = []
     stride = 1
-    for j in range(r):
+    for j, u in enumerate(us):
       length = spatial[r - 1 - j]
-      idx, ws, ins = _linear_axis_taps(_axis_coordinate(b[..., j], length, cfg), length, cdt)
-      index.append([jnp.where(ok, i * stride, mark) for i, ok in zip(idx, ins)])
+      idx, ws, ins = _linear_axis_taps(u, length, cdt)
+      index.append([i * stride for i in idx])
       weight.append(ws)
+      inside.append(ins)
       stride *= length
-    flats, wts = zip(*_tap_combinations([index, weight], [add, operator.mul]))
-    return list(flats), list(wts), nan
+    return [index, weight, inside]
 
-  flats, wts, bad = _cpu_materialised(tables, n * m * c, g, bad)
+  def coordinates(b: jax.Array) -> list[jax.Array]:
+    return [_axis_coordinate(b[..., j], spatial[r - 1 - j], cfg) for j in range(r)]
+
+  taps: Iterable[tuple[Any, ...]]
+  if r == 2 and c >= _FUSED_TABLE_CHANNELS:
+    mark, add = _offset_rule(math.prod(spatial), r)
+
+    def tables(b: jax.Array, nan: jax.Array) -> tuple[list[Any], list[Any], jax.Array]:
+      index, weight, inside = axis_taps(coordinates(b))
+      marked = [[jnp.where(ok, i, mark) for i, ok in zip(ix, ins)]
+                for ix, ins in zip(index, inside)]
+      flats, wts = zip(*_tap_combinations([marked, weight], [add, operator.mul]))
+      return list(flats), list(wts), nan
+
+    flats, wts, bad = _cpu_materialised(tables, n * m * c, g, bad)
+    taps = [(jnp.maximum(f, 0), w, f >= 0) for f, w in zip(flats, wts)]
+  else:
+    # the coordinates materialised; the flags pass through, so that the loop reads them rather
+    # than the grid's three coordinates
+    us, bad = _cpu_materialised(lambda b, nan: (coordinates(b), nan), n * m * c, g, bad)
+    taps = _tap_combinations(axis_taps(us), [operator.add, operator.mul, operator.and_])
   xf = x.astype(cdt).reshape(n, c, math.prod(spatial))
   out = jnp.zeros((n, c, m), cdt)
-  for flat, w in zip(flats, wts):
-    rows = _gather_planes(xf, jnp.maximum(flat, 0))
-    out = out + w[:, None, :] * jnp.where(flat[:, None, :] >= 0, rows, jnp.zeros((), cdt))
+  for flat, w, ok in taps:
+    rows = _gather_planes(xf, flat)
+    out = out + w[:, None, :] * jnp.where(ok[:, None, :], rows, jnp.zeros((), cdt))
   return jnp.where(bad[:, None, :], jnp.asarray(jnp.nan, cdt), out)
 
 
