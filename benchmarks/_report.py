@@ -378,8 +378,9 @@ Each case is built once (JAX: lowered and compiled, reported as compile time; on
 session, CPU execution provider, intra-op threads = --threads, spinning off, IO binding), run once
 to warm up and to check every peer's output against jaxops' (the tolerance depends on the output
 dtype; a peer whose semantics differ keeps its row, labelled). Then --reps blocks: in each block
-every system, and the copy floor, runs --runs + 1 times back to back and the first is dropped;
-systems are interleaved block by block (rotating order). Medians are reported. JAX results are
+every system, and the copy floor, runs untimed (at least once, and for --settle-ms
+milliseconds, 20 unless the command line says otherwise) and then --runs times timed, back to
+back; systems are interleaved block by block (rotating order). Medians are reported. JAX results are
 synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`; on a GPU one
 timed run is {gpu_pipeline} calls enqueued back to back and waited for once (the time per call
 is the device's, not one host round trip per call), for every system alike. Backward rows
@@ -422,11 +423,13 @@ also run in a child process with `--sync-dispatch` (`jax.config.update(
 table. The backward cases also run in a child process with `--xla-scheduler memory` (every JAX
 system compiled with XLA's memory-optimized instruction scheduler instead of its default,
 concurrency-optimized one), in their own table.
-PyTorch runs with its default OpenMP policy, whose worker threads spin-wait for a while after
-each call: on a 2-core machine they take a core from the system timed next, every JAX system
-alike (the JAX copy floor included), which shows on sub-millisecond rows such as
-GlobalAveragePool; `OMP_WAIT_POLICY=PASSIVE` in the environment turns the spinning off
-(docs/PERFORMANCE.md, "Runtimes that spin", has a run each way)."""
+PyTorch runs with its default OpenMP policy, whose worker threads spin-wait after each call
+(about 8 ms on the project's machine): on a 2-core machine they take a core from whatever runs
+next in the process, every JAX system alike (the JAX copy floor included). The untimed runs of
+--settle-ms let them go to sleep before the next system's timed runs, as they would in a
+program that does not call PyTorch between its JAX calls; a program that does gets slower JAX
+calls for those milliseconds unless `OMP_WAIT_POLICY=PASSIVE` is in its environment
+(docs/PERFORMANCE.md, "Runtimes that spin")."""
 
 
 DEVICES = (("cpu", "CPU"), ("gpu", "GPU"))

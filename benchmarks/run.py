@@ -43,7 +43,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                       "bwd', 'Cast float32->bfloat16 16M fwd') contains one, case-insensitively")
   p.add_argument("--reps", type=int, default=5, help="timing blocks per case (default 5)")
   p.add_argument("--runs", type=int, default=5,
-                 help="timed runs per system per block, after one dropped run (default 5)")
+                 help="timed runs per system per block, after the untimed ones (default 5)")
+  p.add_argument("--settle-ms", type=float, default=20.0,
+                 help="untimed runs of each system in each block before its timed runs, at "
+                      "least one and until this many milliseconds have passed, so that the "
+                      "spinning worker threads of the system timed before it (PyTorch's) are "
+                      "asleep (PyTorch's spin for about 8 ms after a call on the project's machine); 0: "
+                      "one untimed run (default %(default)g)")
   p.add_argument("--threads", type=int, default=2,
                  help="CPU threads for every system: the process is pinned to this many CPUs, "
                       "torch.set_num_threads, onnxruntime intra-op threads (default 2)")
@@ -218,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       case = _harness.make_case(spec, ctx)
       if case.systems:
         _harness.check(case)
-        _harness.measure(case, args.reps, args.runs)
+        _harness.measure(case, args.reps, args.runs, args.settle_ms / 1e3)
       r = _report.result(case)
       del case  # frees the inputs and compiled executables before the next case
       print(_report.case_text(r), flush=True)
@@ -304,7 +310,7 @@ def extra_run(args: argparse.Namespace, labels: Sequence[str], env: dict[str, st
     out = Path(tmp)
     cmd = [sys.executable, "-m", "benchmarks.run", "--no-extras", "--device", "cpu",
            "--exact", "|".join(labels), "--reps", str(args.reps), "--runs", str(args.runs),
-           "--threads", str(args.threads), "--out", str(out / "out"), "--json",
+           "--settle-ms", str(args.settle_ms), "--threads", str(args.threads), "--out", str(out / "out"), "--json",
            str(out / "r.json"), *(["--tiny"] if args.tiny else []), *flags]
     what = " ".join([*(f"{k}={v}" for k, v in env.items()), *flags])
     print(f"\nextra run ({what}): {len(labels)} cases", flush=True)

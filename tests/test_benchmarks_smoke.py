@@ -11,6 +11,7 @@ from typing import Any
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -187,10 +188,33 @@ def test_measure_drops_the_first_run_of_each_block_and_interleaves() -> None:
 
   case = _harness.Case("G", "n", "fwd", "cpu", "1 float32", 8, [system("a"), system("b")], [],
                        system("floor"), 0.0, 0.0)
-  _harness.measure(case, reps=2, runs=3)
+  _harness.measure(case, reps=2, runs=3, settle_s=0.0)
   # Block 0 runs a, b, floor; block 1 starts one later: b, floor, a. Each 3 + 1 times.
   assert calls == ["a"] * 4 + ["b"] * 4 + ["floor"] * 4 + ["b"] * 4 + ["floor"] * 4 + ["a"] * 4
   assert [s.samples for s in (*case.systems, case.floor)] == [6, 6, 6]
+
+
+def test_measure_settles_each_system_for_settle_s_before_timing_it() -> None:
+  """Untimed runs until settle_s has passed since the system's first run of the block (PyTorch's
+  spinning workers from the system before go to sleep meanwhile), then runs timed ones."""
+  calls: list[tuple[str, float]] = []
+
+  def system(name: str) -> _harness.System:
+    def run() -> None:
+      calls.append((name, time.perf_counter()))
+      time.sleep(0.002)
+    return _harness.System(name, run)
+
+  case = _harness.Case("G", "n", "fwd", "cpu", "1 float32", 8, [system("a"), system("b")], [],
+                       system("floor"), 0.0, 0.0)
+  _harness.measure(case, reps=1, runs=2, settle_s=0.03)
+  names = [n for n, _ in calls]
+  for name in ("a", "b", "floor"):
+    mine = [t for n, t in calls if n == name]
+    assert names[names.index(name):][:len(mine)] == [name] * len(mine)  # back to back
+    assert 2 + 1 <= len(mine) <= 2 + 16  # at least one untimed run, then 2 timed
+    assert mine[-2] - mine[0] >= 0.029  # the timed runs start after settle_s (t0 < mine[0])
+  assert [s.samples for s in (*case.systems, case.floor)] == [2, 2, 2]
 
 
 def test_compare_labels_nan_places_shapes_and_tolerance() -> None:
