@@ -43,7 +43,8 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
   committed = ROOT / "benchmarks" / "RESULTS.md"
   before = committed.read_bytes() if committed.exists() else None
   out = tmp_path / "out"
-  proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",
+  proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--settle-ms", "1",
+              "--threads", "1",
               "--device", "cpu", "--no-extras", "--out", str(out), "--json",
               str(tmp_path / "r.json"), timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -88,7 +89,8 @@ def test_whole_command_at_tiny_sizes(tmp_path: Path) -> None:
 def test_extra_runs_add_the_steady_column_and_the_sync_and_scheduler_tables(
     tmp_path: Path) -> None:
   out = tmp_path / "out"
-  proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--threads", "1",
+  proc = _run("-m", "benchmarks.run", "--tiny", "--reps", "1", "--runs", "1", "--settle-ms", "1",
+              "--threads", "1",
               "--device", "cpu", "--only", "GlobalAveragePool 2d", "--out", str(out),
               "--json", str(tmp_path / "r.json"))
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -547,15 +547,17 @@ def test_max_unpool_against_reference_and_onnxruntime(chunk):
                                     err_msg=f"onnxruntime {c}")
 
 
-def _global_configs(op: str, count: int) -> list[dict]:
+def _global_configs(op: str, count: int, draws: int = 2) -> list[dict]:
   """Seeded GlobalMaxPool / GlobalLpPool configurations: every version, ranks 3-5 with axes of
   1-6 (and a long one), float32 and float64, and for GlobalLpPool p of 1-4 (a float at
-  version 1)."""
+  version 1). ``count / draws`` static combinations (version, shape, p, dtype), each with
+  ``draws`` random inputs (compiled once, one onnxruntime session: the sweep spent most of its
+  time compiling a program and building a session per configuration)."""
   rng = np.random.default_rng(17 if op == "GlobalMaxPool" else 18)
   # onnxruntime runs GlobalLpPool-2 only: half the configurations
   versions = (1, 22) if op == "GlobalMaxPool" else (2, 1, 2, 22)
   out = []
-  for i in range(count):
+  for i in range(count // draws):
     rank = int(rng.integers(3, 6))
     shape = [int(v) for v in rng.integers(1, 7, rank)]
     if i % 10 == 0:
@@ -565,8 +567,9 @@ def _global_configs(op: str, count: int) -> list[dict]:
     if op == "GlobalLpPool":
       p = int(rng.integers(1, 5))
       attrs = {"p": float(p) if version == 1 else p}
-    out.append(dict(op=op, version=version, shape=shape, attrs=attrs, seed=i,
-                    dtype=np.float64 if i % 5 == 4 else np.float32))
+    for d in range(draws):
+      out.append(dict(op=op, version=version, shape=shape, attrs=attrs, seed=i * draws + d,
+                      static=i, dtype=np.float64 if i % 5 == 4 else np.float32))
   return out
 
 
@@ -577,7 +580,9 @@ def test_global_pools_against_reference_and_onnxruntime(op):
   GlobalMaxPool, GlobalLpPool-2: its kernels) and onnx.reference (GlobalMaxPool on 4-D inputs: it
   has no GlobalLpPool, and reduces the wrong axes of other ranks, docs/DEVIATIONS.md)."""
   cfgs = _global_configs(op, 300)
+  assert len(cfgs) == 300 and len({c["static"] for c in cfgs}) == 150
   compared = {"onnxruntime": 0, "reference": 0}
+  sessions: dict = {}
   for c in cfgs:
     shape, version, attrs = c["shape"], c["version"], c["attrs"]
     x = np.random.default_rng(c["seed"]).standard_normal(shape).astype(c["dtype"])
@@ -601,10 +606,11 @@ def test_global_pools_against_reference_and_onnxruntime(op):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=str(c))
     runs_ort = c["dtype"] == np.float32 and (op == "GlobalMaxPool" or version == 2)
     if runs_ort:
-      sess = ort.InferenceSession(model.SerializeToString(), OPTIONS,
-                                  providers=["CPUExecutionProvider"])
-      np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6,
-                                 err_msg=f"onnxruntime {c}")
+      if c["static"] not in sessions:
+        sessions[c["static"]] = ort.InferenceSession(model.SerializeToString(), OPTIONS,
+                                                     providers=["CPUExecutionProvider"])
+      np.testing.assert_allclose(got, sessions[c["static"]].run(None, {"x": x})[0], rtol=1e-5,
+                                 atol=1e-6, err_msg=f"onnxruntime {c}")
       compared["onnxruntime"] += 1
     if op == "GlobalMaxPool" and len(shape) == 4:
       ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
