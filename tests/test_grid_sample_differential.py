@@ -1,7 +1,7 @@
 """grid_sample and affine_grid on seeded random configurations against torch, onnx.reference and
 onnxruntime.
 
-Each combination (mode, padding, align_corners, shapes) is drawn at random and run on two random
+Each combination (mode, padding, align_corners, shapes) is drawn at random and run on three random
 inputs and grids (grids reach far outside [-1, 1]), compiled once (the sweeps' time is XLA's
 compiles): 300 configurations per oracle. Where onnx.reference departs from the spec (docs/DEVIATIONS.md,
 GridSample: cubic with border padding, reflection on a length-1 axis with align_corners) the
@@ -66,8 +66,8 @@ def _inputs(rng, spatial, out_sp, batch=3):
 def test_against_torch_float64_300_configurations():
   rng = np.random.default_rng(10)
   count = 0
-  for mode, pad, ac, spatial, out_sp in _combos(150, 0):
-    for _ in range(2):
+  for mode, pad, ac, spatial, out_sp in _combos(100, 0):
+    for _ in range(3):
       x, g = _inputs(rng, spatial, out_sp)
       x, g = x.astype(np.float64), g.astype(np.float64)
       want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g),
@@ -88,11 +88,11 @@ def _reference_departs(mode, pad, ac, spatial):
 def test_against_onnx_reference_and_onnxruntime_300_configurations():
   rng = np.random.default_rng(11)
   count = 0
-  for mode, pad, ac, spatial, out_sp in _combos(150, 1):
+  for mode, pad, ac, spatial, out_sp in _combos(100, 1):
     model = _model("GridSample", 20, [("x", TensorProto.FLOAT), ("g", TensorProto.FLOAT)],
                    mode=mode, padding_mode=pad, align_corners=int(ac))
     reference = ReferenceEvaluator(model)
-    for _ in range(2):
+    for _ in range(3):
       x, g = _inputs(rng, spatial, out_sp, batch=1)
       got = np.asarray(jaxops.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=ac))
       np.testing.assert_allclose(got, _ort(model, {"x": x, "g": g}), rtol=1e-4, atol=1e-5,
