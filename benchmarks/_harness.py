@@ -11,13 +11,13 @@ its output. The method, applied to every case in the same way:
    its row and gets a label.
 2. Timing: ``reps`` blocks; in each block every system, and the memory floor, runs ``runs``
    times back to back after untimed runs: at least one, and as many as fit in ``settle_s``
-   seconds (``SETTLE_S``), so that the worker threads of the system timed before it, which may
-   spin-wait for work after their last call (PyTorch's OpenMP workers do for about 8 ms here),
-   are asleep and do not take a core from it. Systems are interleaved block by block (the order
-   rotates), so slow drifts of a shared machine hit all of them alike. The median over all kept
-   runs is reported. On a GPU a run is ``GPU_PIPELINE`` calls enqueued
-   back to back and waited for once (``_timed``), so that a row times the device, not the
-   host round trip of a synchronised call.
+   seconds (``python -m benchmarks.run --settle-ms``), so that the worker threads of the system
+   timed before it, which may spin-wait for work after their last call (PyTorch's OpenMP
+   workers do for about 8 ms here), are asleep and do not take a core from it. Systems are
+   interleaved block by block (the order rotates), so slow drifts of a shared machine hit all
+   of them alike. The median over all kept runs is reported. On a GPU a run is
+   ``GPU_PIPELINE`` calls enqueued back to back and waited for once (``_timed``), so that a
+   row times the device, not the host round trip of a synchronised call.
 3. Memory floor: a jitted ``x + 1`` over uint8 that reads as many bytes as the op must read and
    writes as many as it must write (``floor_system``), on the same device, timed in the same
    blocks.
@@ -398,10 +398,6 @@ def minor_faults() -> int:
 
 
 GPU_PIPELINE = 10
-# Seconds of untimed runs before each system's timed runs in a block (see the module docstring;
-# ``python -m benchmarks.run --settle-ms``). Runs, not a pause: an idle JAX worker thread goes
-# cold and its next call is slower.
-SETTLE_S = 0.02
 
 
 def _timed(s: System, gpu: bool) -> float:
@@ -417,9 +413,10 @@ def _timed(s: System, gpu: bool) -> float:
   return time.perf_counter() - t0
 
 
-def measure(case: Case, reps: int, runs: int, settle_s: float = SETTLE_S) -> None:
+def measure(case: Case, reps: int, runs: int, settle_s: float) -> None:
   """Interleaved blocks: ``reps`` blocks; in each, per system, untimed runs (at least one, and
-  until ``settle_s`` seconds have passed) and then ``runs`` timed runs.
+  until ``settle_s`` seconds have passed: runs, not a pause, since an idle JAX worker thread
+  goes cold and its next call is slower) and then ``runs`` timed runs.
 
   Each system's median time, and its mean minor page faults per kept run. On a GPU each run is
   a pipeline of ``GPU_PIPELINE`` calls (see ``_timed``)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._harness import GPU_BATCH, GPU_PIPELINE, Case
+from benchmarks.run import SETTLE_MS
 
 PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "onnx", "onnxruntime", "torch", "flax",
             "matplotlib")
@@ -379,11 +380,11 @@ session, CPU execution provider, intra-op threads = --threads, spinning off, IO 
 to warm up and to check every peer's output against jaxops' (the tolerance depends on the output
 dtype; a peer whose semantics differ keeps its row, labelled). Then --reps blocks: in each block
 every system, and the copy floor, runs untimed (at least once, and for --settle-ms
-milliseconds, 20 unless the command line says otherwise) and then --runs times timed, back to
-back; systems are interleaved block by block (rotating order). Medians are reported. JAX results are
-synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`; on a GPU one
-timed run is {gpu_pipeline} calls enqueued back to back and waited for once (the time per call
-is the device's, not one host round trip per call), for every system alike. Backward rows
+milliseconds, {settle_ms:g} unless the command line says otherwise) and then --runs times timed,
+back to back; systems are interleaved block by block (rotating order). Medians are reported. JAX
+results are synchronised with `block_until_ready`, torch CUDA with `torch.cuda.synchronize`; on
+a GPU one timed run is {gpu_pipeline} calls enqueued back to back and waited for once (the time
+per call is the device's, not one host round trip per call), for every system alike. Backward rows
 time the gradient of sum(op(x) ** 2) with respect to x, forward included: `jax.grad` under jit
 for jaxops, jax.image and flax; `torch.autograd.grad` of the same loss for torch.
 The copy floor is a jitted `x + 1` over uint8 that reads as many bytes as the op must read and
@@ -508,7 +509,7 @@ def markdown(runs: dict[str, dict[str, Any]], gpu_reason: str) -> str:
       "",
       "## Method",
       "",
-      METHOD.format(gpu_batch=GPU_BATCH, gpu_pipeline=GPU_PIPELINE),
+      METHOD.format(gpu_batch=GPU_BATCH, gpu_pipeline=GPU_PIPELINE, settle_ms=SETTLE_MS),
   ]
   for dev, title in DEVICES:
     parts += ["", f"## {title}", ""]

@@ -44,12 +44,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--reps", type=int, default=5, help="timing blocks per case (default 5)")
   p.add_argument("--runs", type=int, default=5,
                  help="timed runs per system per block, after the untimed ones (default 5)")
-  p.add_argument("--settle-ms", type=float, default=20.0,
+  p.add_argument("--settle-ms", type=float, default=SETTLE_MS,
                  help="untimed runs of each system in each block before its timed runs, at "
                       "least one and until this many milliseconds have passed, so that the "
-                      "spinning worker threads of the system timed before it (PyTorch's) are "
-                      "asleep (PyTorch's spin for about 8 ms after a call on the project's machine); 0: "
-                      "one untimed run (default %(default)g)")
+                      "worker threads of the system timed before it are asleep (PyTorch's spin "
+                      "for about 8 ms after a call on the project's machine); 0: one untimed "
+                      "run (default %(default)g)")
   p.add_argument("--threads", type=int, default=2,
                  help="CPU threads for every system: the process is pinned to this many CPUs, "
                       "torch.set_num_threads, onnxruntime intra-op threads (default 2)")
@@ -113,6 +113,8 @@ STEADY_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0",
 # Every environment variable through which glibc's malloc can be tuned.
 MALLOC_ENV = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_",
               "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_TEST", "GLIBC_TUNABLES")
+# Milliseconds of untimed runs of each system in each block before its timed runs (--settle-ms).
+SETTLE_MS = 20.0
 # Cases measured again with synchronous JAX dispatch (an extra column).
 SYNC_WORDS = "GlobalAveragePool"
 
@@ -310,8 +312,9 @@ def extra_run(args: argparse.Namespace, labels: Sequence[str], env: dict[str, st
     out = Path(tmp)
     cmd = [sys.executable, "-m", "benchmarks.run", "--no-extras", "--device", "cpu",
            "--exact", "|".join(labels), "--reps", str(args.reps), "--runs", str(args.runs),
-           "--settle-ms", str(args.settle_ms), "--threads", str(args.threads), "--out", str(out / "out"), "--json",
-           str(out / "r.json"), *(["--tiny"] if args.tiny else []), *flags]
+           "--settle-ms", str(args.settle_ms), "--threads", str(args.threads),
+           "--out", str(out / "out"), "--json", str(out / "r.json"),
+           *(["--tiny"] if args.tiny else []), *flags]
     what = " ".join([*(f"{k}={v}" for k, v in env.items()), *flags])
     print(f"\nextra run ({what}): {len(labels)} cases", flush=True)
     proc = subprocess.run(cmd, env=child_env, cwd=HERE.parent, check=False)
