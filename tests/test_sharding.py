@@ -40,7 +40,7 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
        "grad_torch_adaptive_max_tiled", "torch_adaptive_avg_one", "grad_torch_adaptive_avg_one")
 # grid_sample, affine_grid and roi_align: each batch element's grid (theta, roi set) comes from
 # that element, so batch sharding needs no collective; the grid mixes channels, so channel
-# sharding may need them (only the batch layout is asserted for these).
+# sharding may need them (the worker runs and the test asserts the batch layout alone).
 RESAMPLE_OPS = ("grid_sample_linear", "grid_sample_linear_rows", "grid_sample_cubic_border",
                 "grid_sample_trilinear",
                 "affine_grid_sample", "roi_align_per_image", "grad_grid_sample",
@@ -164,6 +164,7 @@ def _worker_cases():
 
 
 def _worker(names: list[str]) -> None:
+  """``names``: the cases to run; a leading ``--batch-only`` runs the batch layout alone."""
   import jax
   import numpy as np
   from jax.sharding import Mesh, NamedSharding
@@ -175,6 +176,8 @@ def _worker(names: list[str]) -> None:
       "channel": (Mesh(devices, ("c",)), P(None, "c")),
       "batch_channel": (Mesh(devices.reshape(4, 2), ("b", "c")), P("b", "c")),
   }
+  if names[:1] == ["--batch-only"]:
+    names, meshes = names[1:], {"batch": meshes["batch"]}
   cases = _worker_cases()
   rng = np.random.default_rng(0)
   report = {"devices": len(devices), "cases": {}}
@@ -185,8 +188,9 @@ def _worker(names: list[str]) -> None:
     ref = np.asarray(jitted(x))
     for layout, (mesh, spec) in meshes.items():
       xs = jax.device_put(x, NamedSharding(mesh, spec))
-      out = jitted(xs)
-      hlo = jitted.lower(xs).compile().as_text()
+      compiled = jitted.lower(xs).compile()  # one compilation: the program run is the one read
+      out = compiled(xs)
+      hlo = compiled.as_text()
       found = sorted({m.group(1) for m in re.finditer(r"\b(" + "|".join(COLLECTIVES) + r")\b",
                                                       hlo)})
       got = np.asarray(out)
@@ -253,7 +257,7 @@ GROUPS = {
 
 @pytest.mark.slow
 def test_resample_batch_sharded_without_collectives():
-  cases = _run_worker(RESAMPLE_OPS)
+  cases = _run_worker(("--batch-only",) + RESAMPLE_OPS)
   problems = []
   for op in RESAMPLE_OPS:
     r = cases[f"{op}/batch"]
@@ -287,6 +291,24 @@ def test_sharded_equals_unsharded_without_collectives(group):
         problems.append(f"{where}: output sharded as {r['out_spec']} over {r['out_devices']} "
                         f"devices")
   assert not problems, "\n".join(problems)
+
+
+def _compare_gradients(sm, fn, argnums, args) -> str:
+  """"ok" when the gradient of sum(sin(sm(*args))) equals that of fn's, else what went wrong.
+  Each under jit: one compilation per gradient (the checks of check_vma are made when
+  shard_map is traced, the same under jit as eagerly)."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  try:
+    got, want = (jax.jit(jax.grad(lambda *a, f=f: jnp.sum(jnp.sin(f(*a))), argnums=argnums))(*args)
+                 for f in (sm, fn))
+    diff = max(float(np.max(np.abs(np.asarray(u) - np.asarray(w)) / (1 + np.abs(w))))
+               for u, w in zip(got, want))
+    return "ok" if diff < 1e-5 else f"differs by {diff}"
+  except Exception as e:  # noqa: BLE001  (reported to the parent, which fails the test)
+    return f"{type(e).__name__}: {str(e)[:300]}"
 
 
 def _shard_map_worker() -> None:
@@ -347,14 +369,7 @@ def _shard_map_worker() -> None:
     argnums = which[0] if which else tuple(range(len(args)))
     specs = which[1] if len(which) > 1 else (P("b"),) * len(args)
     sm = jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=P("b"))
-    try:
-      got = jax.grad(lambda *a: jnp.sum(jnp.sin(sm(*a))), argnums=argnums)(*args)
-      want = jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=argnums)(*args)
-      diff = max(float(np.max(np.abs(np.asarray(u) - np.asarray(w)) / (1 + np.abs(w))))
-                 for u, w in zip(got, want))
-      report[name] = "ok" if diff < 1e-5 else f"differs by {diff}"
-    except Exception as e:  # noqa: BLE001  (reported to the parent, which fails the test)
-      report[name] = f"{type(e).__name__}: {str(e)[:300]}"
+    report[name] = _compare_gradients(sm, fn, argnums, args)
   # grid_sample's tangent primitives on a 2-D mesh, x and the grid varying over different
   # axes (the grid's rows over one that x is replicated on): x alone and jointly, each
   # against the gradient without shard_map
@@ -369,14 +384,7 @@ def _shard_map_worker() -> None:
       sm = jax.shard_map(fn2, mesh=mesh2, in_specs=specs[:2], out_specs=specs[2])
       for argnums in ((0,), (0, 1)):
         name = f"grid_sample {mode} x {specs[0]} grid {specs[1]} argnums {argnums}"
-        try:
-          got = jax.grad(lambda *a: jnp.sum(jnp.sin(sm(*a))), argnums=argnums)(x2, g2)
-          want = jax.grad(lambda *a: jnp.sum(jnp.sin(fn2(*a))), argnums=argnums)(x2, g2)
-          diff = max(float(np.max(np.abs(np.asarray(u) - np.asarray(w)) / (1 + np.abs(w))))
-                     for u, w in zip(got, want))
-          report[name] = "ok" if diff < 1e-5 else f"differs by {diff}"
-        except Exception as e:  # noqa: BLE001  (reported to the parent, which fails the test)
-          report[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        report[name] = _compare_gradients(sm, fn2, argnums, (x2, g2))
   print("REPORT " + json.dumps({"devices": len(jax.devices()), "cases": report}))
 
 
