@@ -698,7 +698,12 @@ del _prim, _impl, _side, _other
 
 def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any) -> _Adaptive:
   op = _op(name)
-  if len(shape) not in (nd + 1, nd + 2):
+  # torch's adaptive_avg_pool2d/3d to size 1 on every axis is a mean over the last axes, of an
+  # input of any rank (its Python wrapper asks nd + 1 axes of a sequence output_size, nd of an
+  # int); the rank is checked below, once the sizes are known
+  mean_any_rank = "avg" in name and nd > 1
+  at_least = nd + 1 if isinstance(output_size, (list, tuple)) else nd
+  if len(shape) not in (nd + 1, nd + 2) and not (mean_any_rank and len(shape) >= at_least):
     raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D tensor, but got input of shape "
                      f"{tuple(shape)}")
   spatial = shape[len(shape) - nd:]
@@ -724,6 +729,9 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
     if int(a) < 0:
       raise _checks.value_error(op, "output_size", output_size, "sizes >= 0")
     out.append(int(a))
+  if len(shape) not in (nd + 1, nd + 2) and any(o != 1 for o in out):
+    raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D tensor, but got input of shape "
+                     f"{tuple(shape)} (any rank from {at_least} only for output size 1)")
   # torch's checks: adaptive_avg_pool1d/2d need non-empty spatial axes (channels may be empty),
   # adaptive_avg_pool3d and the max pools every axis after the first, batched or not; except
   # that an average to size 1 on every axis is torch's mean, which takes any empty axis (NaN)
@@ -881,16 +889,18 @@ def _no_floats(op: str, arg: str, value: Any, what: str) -> None:
     raise _checks.type_error(op, arg, value, f"{what} (as torch: not floats)")
 
 
-def _pool_arg(op: str, arg: str, value: Any, nd: int, *, allow_empty: bool = False) -> tuple:
+def _pool_arg(op: str, arg: str, value: Any, nd: int, *, allow_empty: bool = False,
+              broadcast: bool = True) -> tuple:
   """torch's int-or-tuple pooling argument as ``nd`` ints (an empty sequence: ``()``). A float,
-  even an integral one, is torch's TypeError."""
+  even an integral one, is torch's TypeError. ``broadcast=False``: a sequence must hold ``nd``
+  ints (torch's max_unpool reads a one-element tuple's second entry and fails)."""
   _no_floats(op, arg, value, "an int or a tuple of ints")
   if isinstance(value, (list, tuple)):
     if allow_empty and len(value) == 0:
       return ()
-    if len(value) not in (1, nd):
-      what = "a single int, or a tuple of " + {1: "one int", 2: "two ints",
-                                                3: "three ints"}[nd]
+    if len(value) not in ((1, nd) if broadcast else (nd,)):
+      what = ("a single int, or a tuple of " if broadcast else "an int, or a tuple of ") + {
+          1: "one int", 2: "two ints", 3: "three ints"}[nd]
       raise _checks.value_error(op, arg, value, ("omitted, " if allow_empty else "") + what)
     vals = tuple(_checks.int_tuple(op, arg, value))
     return vals * nd if len(vals) == 1 else vals
@@ -1718,9 +1728,9 @@ def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[in
     if shape[d] == 0:
       raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
                        f"but got {list(shape)} with dimension {d} being empty")
-  k = _pool_arg(op, "kernel_size", kernel_size, nd)
-  s = k if stride is None else _pool_arg(op, "stride", stride, nd)
-  p = _pool_arg(op, "padding", padding, nd)
+  k = _pool_arg(op, "kernel_size", kernel_size, nd, broadcast=False)
+  s = k if stride is None else _pool_arg(op, "stride", stride, nd, broadcast=False)
+  p = _pool_arg(op, "padding", padding, nd, broadcast=False)
   if nd == 3 and any(v <= 0 for v in s):  # torch checks strides of the 3-D kernel only
     raise _checks.value_error(op, "stride", stride, "greater than zero")
   spatial = shape[len(shape) - nd:]

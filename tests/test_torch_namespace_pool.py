@@ -397,12 +397,33 @@ def test_area_on_an_empty_axis_raises_as_torch():
     F.interpolate(x, size=(3, 3), mode="area")
 
 
-def _shape_or_refusal(fn):
+def _shape_or_refusal(fn, also=()):
   try:
     y = fn()
-  except (RuntimeError, ValueError):  # torch's RuntimeError is jaxops' ValueError
+  except (RuntimeError, ValueError, *also):  # torch's RuntimeError is jaxops' ValueError
     return "refused"
   return tuple((y[0] if isinstance(y, tuple) else y).shape)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_adaptive_avg_to_size_one_takes_any_rank_as_torch(nd):
+  """torch 2.13's adaptive_avg_pool2d/3d to size 1 on every axis is a mean over the last nd
+  axes of an input of any rank (from nd axes with an int output_size, nd + 1 with a sequence);
+  other sizes, and adaptive_avg_pool1d, ask nd + 1 or nd + 2 axes. jaxops refused the other
+  ranks (found by a fuzzer). Shapes or refusals, and the values, against torch."""
+  rng = np.random.default_rng(3)
+  for rank in range(1, 8):
+    for size in (1, (1,) * nd, (None,) * nd, (1,) * (nd - 1) + (None,), 2):
+      shape = (2, 3, 1, 4, 5, 3, 2)[:rank]
+      x = rng.standard_normal(shape)
+      name = f"adaptive_avg_pool{nd}d"
+      want = _shape_or_refusal(lambda: getattr(TF, name)(torch.tensor(x), size),
+                               (IndexError, TypeError))
+      got = _shape_or_refusal(lambda: getattr(F, name)(x, size), (TypeError,))
+      assert got == want, (rank, size, got, want)
+      if want != "refused":
+        np.testing.assert_allclose(np.asarray(getattr(F, name)(x, size)),
+                                   getattr(TF, name)(torch.tensor(x), size).numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("nd", [1, 2, 3])

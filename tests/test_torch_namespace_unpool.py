@@ -573,6 +573,15 @@ def test_no_retrace():
     ("max_unpool2d", (1, 1, 2, 2), (1,), dict(padding=2), "argument `output_size`"),
     ("max_unpool3d", (1, 1, 2, 2, 2), (2,), dict(stride=0), "argument `stride`"),
     ("max_unpool2d", (1, 1, 2, 2), ((2, 2, 2),), {}, "argument `kernel_size`"),
+    # torch's max_unpool does not broadcast a one-element tuple as max_pool does (found by a
+    # fuzzer): kernel_size a RuntimeError, stride and padding an IndexError
+    ("max_unpool2d", (1, 1, 2, 2), ((2,),), {}, "argument `kernel_size`"),
+    ("max_unpool2d", (1, 1, 2, 2), ([2],), {}, "argument `kernel_size`"),
+    ("max_unpool2d", (1, 1, 2, 2), (2,), dict(stride=(2,)), "argument `stride`"),
+    ("max_unpool2d", (1, 1, 2, 2), (2,), dict(stride=()), "argument `stride`"),
+    ("max_unpool3d", (1, 1, 2, 2, 2), (2,), dict(padding=(0,)), "argument `padding`"),
+    ("max_unpool3d", (1, 1, 2, 2, 2), ((2, 2),), {}, "argument `kernel_size`"),
+    ("max_unpool1d", (1, 1, 2), ((2, 2),), {}, "argument `kernel_size`"),
     ("adaptive_max_pool2d", (1, 1, 3, 3), ((2, 2, 2),), {}, "argument `output_size`"),
     ("adaptive_max_pool2d", (1, 1, 3, 3), (-1,), {}, "argument `output_size`"),
     ("adaptive_max_pool2d", (1, 1, 3, 3), (2.0,), {}, "argument `output_size`"),
@@ -598,6 +607,14 @@ def test_impossible_arguments_raise_where_torch_raises(name, x, args, kw, match)
       getattr(TF, name)(torch.tensor(x), *targs, **kw)
     with pytest.raises((ValueError, TypeError), match=f"jaxops.torch.{name}: .*{match}"):
       getattr(F, name)(x, *args, **kw)
+
+
+def test_max_unpool1d_takes_one_element_tuples_as_torch():
+  """The one-element tuples that max_unpool2d/3d refuse are max_unpool1d's own spelling."""
+  y, i = TF.max_pool1d(torch.arange(12.0).reshape(1, 2, 6), 2, return_indices=True)
+  want = TF.max_unpool1d(y, i, (2,), stride=(2,), padding=(0,)).numpy()
+  got = F.max_unpool1d(y.numpy(), i.numpy(), (2,), stride=(2,), padding=(0,))
+  np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_wrong_dtypes_and_shapes_raise():
