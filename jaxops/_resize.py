@@ -239,6 +239,11 @@ def _config(x: jax.Array, sizes: Any, scales: Any, roi: Any, axes: Any, mode: An
   if (sizes is None) == (scales is None):
     raise ValueError(f"{_OP}: exactly one of `sizes` and `scales` must be given; got "
                      f"{'both' if sizes is not None else 'neither'}")
+  if scales is not None and opts.policy is not KeepAspectRatioPolicy.STRETCH:
+    # the spec: "not applicable when the scales input is used"; onnx's shape inference and
+    # onnxruntime refuse the pair, and jaxops would otherwise ignore the policy silently
+    raise _checks.value_error(_OP, "keep_aspect_ratio_policy", keep_aspect_ratio_policy,
+                              '"stretch" with `scales` (the policy applies to `sizes` only)')
   _checks.concrete_shape(_OP, "x", x)
   shape = tuple(int(d) for d in x.shape)
   plans = _plan(shape, ax, sizes, scales, opts.policy)

@@ -252,6 +252,9 @@ def test_half_types_round_once():
     (dict(sizes=[2], nearest_mode="round"), ValueError, r"`nearest_mode` must be one of"),
     (dict(sizes=[2], keep_aspect_ratio_policy="fit"), ValueError,
      r"`keep_aspect_ratio_policy` must be one of 'stretch', 'not_larger', 'not_smaller'"),
+    # ignored silently before (found by a fuzzer); onnxruntime refuses the pair as well
+    (dict(scales=[0.5], keep_aspect_ratio_policy="not_larger"), ValueError,
+     r"`keep_aspect_ratio_policy` must be \"stretch\" with `scales`"),
 ])
 def test_errors(kw, exc, match):
   with pytest.raises(exc, match=match):
