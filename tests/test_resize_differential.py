@@ -434,27 +434,31 @@ def test_adapters_reject_what_their_version_lacks():
                           coordinate_transformation_mode="half_pixel_symmetric")).run([x])
 
 
+def _ours_and_onnxruntimes(node: onnx.NodeProto, ins: dict,
+                           opset: int) -> tuple[np.ndarray, np.ndarray]:
+  """One node run by jaxops' ONNX front end and by onnxruntime, inputs by name."""
+  import onnxruntime as ort
+
+  from jaxops.onnx import Backend
+
+  types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+  graph = helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info(k, types[v.dtype], v.shape)
+                    for k, v in ins.items()],
+      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["a", "b", "c", "d"][:ins[
+          "X"].ndim])])
+  model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+  theirs = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, ins)[0]
+  return np.asarray(Backend.run_model(model, list(ins.values()))[0]), theirs
+
+
 def test_deviation_onnxruntime_3d_nearest_scales_and_negative_axes():
   """docs/DEVIATIONS.md, Resize (the onnxruntime note after the precision notes): onnxruntime
   1.32 returns the input unchanged for a 3-D nearest resize by scales and for negative axes with
   keep_aspect_ratio_policy; jaxops follows the spec and onnx.reference (which refuses negative
   axes, item 8: compared through the same call with positive axes)."""
-  import onnxruntime as ort
-
-  from jaxops.onnx import Backend
-
-  def run(node: onnx.NodeProto, ins: dict, opset: int) -> tuple[np.ndarray, np.ndarray]:
-    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(k, types[v.dtype], v.shape)
-                      for k, v in ins.items()],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["a", "b", "c", "d"][:ins[
-            "X"].ndim])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    theirs = ort.InferenceSession(model.SerializeToString(),
-                                  providers=["CPUExecutionProvider"]).run(None, ins)[0]
-    return np.asarray(Backend.run_model(model, list(ins.values()))[0]), theirs
-
+  run = _ours_and_onnxruntimes
   x3 = np.array([[[10.0, 20.0, 30.0]]], np.float32)
   node = helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest",
                           coordinate_transformation_mode="asymmetric", nearest_mode="floor")
@@ -476,3 +480,36 @@ def test_deviation_onnxruntime_3d_nearest_scales_and_negative_axes():
     np.testing.assert_array_equal(got[a][0], expected)
   np.testing.assert_array_equal(got[2][1], expected)
   np.testing.assert_array_equal(got[-2][1], x4)  # onnxruntime: unchanged
+
+
+def test_deviation_onnxruntime_unchanged_shape_and_float32_nearest_coordinates():
+  """docs/DEVIATIONS.md, Resize (the onnxruntime note, c and d; found by a fuzzer). (c) A 4-D
+  linear resize whose output shape equals its input's (scale 1.3 on a length-2 axis:
+  floor(2.6) = 2) comes back unchanged from onnxruntime at Upsample-9 and Resize-10/11/13; the
+  spec's row 1 reads input row 1 / 1.3, as onnx.reference computes. (d) onnxruntime computes
+  nearest source coordinates in float32: scale 0.6 is 0.6000000238 in float32, so half_pixel's
+  output 1 reads x_original = 1.5 / 0.6000000238 - 0.5 = 1.99999990, whose floor is 1 (the
+  reference too); onnxruntime's float32 division rounds it to 2.0."""
+  run = _ours_and_onnxruntimes
+  x = np.array([10.0, 20.0], np.float32).reshape(1, 1, 2, 1)
+  scales = np.array([1, 1, 1.3, 1], np.float32)
+  want = [10.0, 10.0 + 10.0 / np.float32(1.3)]
+  for op, opset, inputs, attrs in (
+      ("Upsample", 9, ["X", "scales"], {}), ("Resize", 10, ["X", "scales"], {}),
+      ("Resize", 13, ["X", "", "scales"], dict(coordinate_transformation_mode="asymmetric"))):
+    node = helper.make_node(op, inputs, ["Y"], mode="linear", **attrs)
+    ours, theirs = run(node, {"X": x, "scales": scales}, opset)
+    np.testing.assert_allclose(ours.ravel(), want, rtol=1e-6, err_msg=f"{op}-{opset}")
+    np.testing.assert_array_equal(theirs, x, err_msg=f"{op}-{opset}")  # onnxruntime: unchanged
+    if opset == 13:
+      np.testing.assert_allclose(
+          ReferenceEvaluator(node).run(None, {"X": x, "scales": scales})[0].ravel(), want,
+          rtol=1e-6)
+  x = np.arange(4, dtype=np.float32).reshape(1, 1, 1, 4) * 10
+  ins = {"X": x, "scales": np.array([1, 1, 1, 0.6], np.float32)}
+  node = helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest",
+                          coordinate_transformation_mode="half_pixel", nearest_mode="floor")
+  ours, theirs = run(node, ins, 19)
+  np.testing.assert_array_equal(ours.ravel(), [0.0, 10.0])
+  np.testing.assert_array_equal(ReferenceEvaluator(node).run(None, ins)[0].ravel(), [0.0, 10.0])
+  np.testing.assert_array_equal(theirs.ravel(), [0.0, 20.0])

@@ -81,6 +81,19 @@ def test_pixel_shuffle_and_unshuffle_match_torch(lead, r):
                                 TF.pixel_unshuffle(torch.from_numpy(y), r).numpy())
 
 
+def test_deviation_pixel_unshuffle_of_an_empty_input_is_pinned():
+  """docs/DEVIATIONS.md, jaxops.torch 12 (found by a fuzzer): torch 2.13's pixel_unshuffle
+  returns an input with no elements unchanged, shape and all; jaxops.torch gives the shape of
+  the operation, as torch's pixel_shuffle does for empty inputs."""
+  for shape, want in (((1, 0, 2, 2), (1, 0, 1, 1)), ((0, 1, 4, 6), (0, 4, 2, 3)),
+                      ((0, 4, 2, 2), (0, 16, 1, 1))):
+    x = np.zeros(shape, np.float32)
+    assert F.pixel_unshuffle(x, 2).shape == want
+    assert tuple(TF.pixel_unshuffle(torch.from_numpy(x), 2).shape) == shape  # torch: unchanged
+  assert F.pixel_shuffle(np.zeros((0, 4, 2, 2)), 2).shape == (0, 1, 4, 4)
+  assert tuple(TF.pixel_shuffle(torch.zeros(0, 4, 2, 2), 2).shape) == (0, 1, 4, 4)
+
+
 def test_pixel_shuffle_gradient_matches_torch():
   rng = np.random.default_rng(7)
   x = rng.standard_normal((2, 8, 3, 5))
