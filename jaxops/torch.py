@@ -790,7 +790,9 @@ def adaptive_avg_pool2d(input: ArrayLike, output_size: Any) -> jax.Array:
   """``torch.nn.functional.adaptive_avg_pool2d`` on ``(N, C, H, W)`` or ``(C, H, W)``.
 
   Per axis, output ``o`` of ``n -> m`` averages input ``[floor(o * n / m), ceil((o + 1) * n /
-  m))``; the 2-D window is the product of the two.
+  m))``; the 2-D window is the product of the two. To size 1 on both axes it is torch's mean
+  over the last two axes, of an input of any rank (from 2 axes with an int ``output_size``, 3
+  with a sequence), as torch takes it.
 
   Args:
     input: float16, bfloat16, float32 or float64 array.
@@ -815,7 +817,9 @@ def adaptive_avg_pool3d(input: ArrayLike, output_size: Any) -> jax.Array:
   """``torch.nn.functional.adaptive_avg_pool3d`` on ``(N, C, D, H, W)`` or ``(C, D, H, W)``.
 
   Per axis, output ``o`` of ``n -> m`` averages input ``[floor(o * n / m), ceil((o + 1) * n /
-  m))``; the 3-D window is the product of the three.
+  m))``; the 3-D window is the product of the three. To size 1 on every axis it is torch's
+  mean over the last three axes, of an input of any rank (from 3 axes with an int
+  ``output_size``, 4 with a sequence), as torch takes it.
 
   Args:
     input: float16, bfloat16, float32 or float64 array.
