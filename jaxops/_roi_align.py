@@ -828,15 +828,22 @@ _dense_avg = jax.custom_jvp(_dense_pooled)
 def _dense_avg_jvp(primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
   # Linear in the map: its tangent is the contraction of the map's tangent, whatever the map
   # holds (the branch for non-finite pixels masks them, and its wheres gave the bins that read
-  # one no gradient at all). The weights' tangent as the branches give it; the taps (iy, wy,
-  # ix, wx) decide only which pixels are read, piecewise constant.
+  # one no gradient at all). The weights' tangent as the branches give it: the contraction of
+  # the finite pixels, none where the non-finite branch sets a bin to NaN or an infinity. The
+  # taps (iy, wy, ix, wx) decide only which pixels are read, piecewise constant. (Written
+  # without the branches' conditional: under vmap, with a batched predicate, JAX turns it
+  # into a select whose operands, here tangents, go through stop_gradient, which has no
+  # transpose, and reverse mode failed: the gradient in the boxes of a vmap over the maps.)
   x4, my, mx, onehot, *taps = primals
   dx4, dmy, dmx = tangents[:3]
+  out = _dense_pooled(*primals)
   if type(dmy) is SymbolicZero and type(dmx) is SymbolicZero:
-    out, dout = _dense_pooled(*primals), jnp.zeros((), x4.dtype)
+    dout = jnp.zeros((), x4.dtype)
   else:
-    out, dout = jax.jvp(lambda a, e: _dense_pooled(x4, a, e, onehot, *taps), (my, mx),
-                        (_checks.dense_tangent(dmy), _checks.dense_tangent(dmx)))
+    finite = jnp.isfinite(x4)
+    dout = jax.jvp(lambda a, e: _contract(jnp.where(finite, x4, 0), a, e, onehot), (my, mx),
+                   (_checks.dense_tangent(dmy), _checks.dense_tangent(dmx)))[1]
+    dout = jnp.where(_checks.any_true(~finite) & ~jnp.isfinite(out), 0, dout)
   if type(dx4) is not SymbolicZero:
     dout = dout + _contract(dx4, my, mx, onehot)
   return out, jnp.broadcast_to(dout, out.shape)

@@ -507,6 +507,32 @@ def test_avg_adaptive_gradient_costs_chunks_not_every_box_at_once():
   assert compiled.memory_analysis().temp_size_in_bytes < 64 * 2 ** 20
 
 
+@pytest.mark.parametrize("mode, sampling_ratio", [("avg", 0), ("avg", 2), ("max", 0)])
+def test_gradients_of_vmap_over_maps_equal_the_loop(mode, sampling_ratio):
+  """jax.grad in the boxes (and the maps) of a vmap over maps, or over maps and box sets: the
+  adaptive average's dense plan has a conditional on non-finite pixels, whose predicate vmap
+  batches; JAX then passed the rule's tangents through stop_gradient, which reverse mode
+  cannot transpose (found by a fuzzer). Against the gradients of a Python loop."""
+  rng = np.random.default_rng(6)
+  xs = rng.uniform(-1, 1, (3, 1, 2, 6, 7))
+  sets = np.array([[[0.5, 0.7, 4.2, 5.1], [1.3, 0.2, 5.6, 3.9]]]).repeat(3, 0)
+  sets = sets + rng.uniform(0, 0.3, sets.shape)
+  b = np.zeros(2, np.int32)
+  kw = dict(mode=mode, sampling_ratio=sampling_ratio, output_height=2, output_width=3)
+  one = lambda v, r: jnp.sum(jnp.sin(jaxops.roi_align(v, r, b, **kw)))  # noqa: E731
+  loop = [jax.grad(one, argnums=(0, 1))(xs[i], sets[i]) for i in range(3)]
+  loop_x = np.stack([g[0] for g in loop])
+  loop_r = np.stack([g[1] for g in loop])
+  both = jax.grad(lambda v, r: jnp.sum(jax.vmap(one)(v, r)), argnums=(0, 1))(xs, sets)
+  np.testing.assert_allclose(both[0], loop_x, rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(both[1], loop_r, rtol=1e-10, atol=1e-12)
+  shared = jax.grad(lambda v, r: jnp.sum(jax.vmap(one, in_axes=(0, None))(v, r)),
+                    argnums=(0, 1))(xs, sets[0])
+  want = [jax.grad(one, argnums=(0, 1))(xs[i], sets[0]) for i in range(3)]
+  np.testing.assert_allclose(shared[0], np.stack([g[0] for g in want]), rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(shared[1], sum(g[1] for g in want), rtol=1e-10, atol=1e-12)
+
+
 def test_vmap_over_roi_sets_and_no_retrace():
   rng = np.random.default_rng(2)
   x = rng.standard_normal((2, 2, 6, 6))
