@@ -1597,6 +1597,11 @@ def _roi_align_config(shape: tuple[int, ...], dtype: Any, boxes: tuple, output_s
         raise _checks.value_error(op, "boxes", f"a list with an entry of shape {s}",
                                   "a list of (L, 4) arrays (one per image)")
     lengths = tuple(s[0] for s, _ in boxes[1])
+    past = [i for i, n in enumerate(lengths) if n and i >= shape[0]]
+    if past:  # torchvision would read past the last image
+      raise _checks.value_error(op, "boxes", f"a list of {len(lengths)} arrays with boxes in "
+                                f"entry {past[0]}", f"at most one array of boxes per image of "
+                                f"input (N = {shape[0]})")
     kinds = {np.dtype(d) for _, d in boxes[1]}
   else:
     _, s, d = boxes

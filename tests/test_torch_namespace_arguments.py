@@ -192,3 +192,10 @@ def test_roi_align_edge_arguments():
     F.roi_align(x, boxes, 2, aligned="yes")
   with pytest.raises(TypeError, match="roi_align: argument `output_size`"):
     F.roi_align(x, boxes, 2.0)
+  # a list with boxes for more images than the input has: torchvision reads past the last
+  # image (found by a fuzzer: jaxops clipped the batch index and pooled the last image); an
+  # empty entry there reads nothing
+  one = np.array([[0.0, 0.0, 4.0, 4.0]], np.float32)
+  with pytest.raises(ValueError, match=r"roi_align: argument `boxes` .*\(N = 2\).*entry 2"):
+    F.roi_align(x, [one, one, one], 2)
+  assert F.roi_align(x, [one, one, np.zeros((0, 4), np.float32)], 2).shape == (2, 3, 2, 2)
