@@ -703,9 +703,13 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
   # int); the rank is checked below, once the sizes are known
   mean_any_rank = "avg" in name and nd > 1
   at_least = nd + 1 if isinstance(output_size, (list, tuple)) else nd
-  if len(shape) not in (nd + 1, nd + 2) and not (mean_any_rank and len(shape) >= at_least):
-    raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D tensor, but got input of shape "
-                     f"{tuple(shape)}")
+  usual_rank = len(shape) in (nd + 1, nd + 2)
+
+  def wrong_rank(note: str = "") -> ValueError:
+    return ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D tensor, but got input of shape "
+                      f"{tuple(shape)}{note}")
+  if not usual_rank and not (mean_any_rank and len(shape) >= at_least):
+    raise wrong_rank()
   spatial = shape[len(shape) - nd:]
   if output_size is None:  # torch: "object of type 'NoneType' has no len()"
     raise _checks.type_error(op, "output_size", output_size,
@@ -729,9 +733,8 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
     if int(a) < 0:
       raise _checks.value_error(op, "output_size", output_size, "sizes >= 0")
     out.append(int(a))
-  if len(shape) not in (nd + 1, nd + 2) and any(o != 1 for o in out):
-    raise ValueError(f"{op}: Expected {nd + 1}D or {nd + 2}D tensor, but got input of shape "
-                     f"{tuple(shape)} (any rank from {at_least} only for output size 1)")
+  if not usual_rank and any(o != 1 for o in out):
+    raise wrong_rank(f" (any rank from {at_least} only for output size 1)")
   # torch's checks: adaptive_avg_pool1d/2d need non-empty spatial axes (channels may be empty),
   # adaptive_avg_pool3d and the max pools every axis after the first, batched or not; except
   # that an average to size 1 on every axis is torch's mean, which takes any empty axis (NaN)
