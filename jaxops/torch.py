@@ -2042,23 +2042,25 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   nd = len(axes)
   lead = x.ndim - nd
   dtype = _max_pool_op._index_dtype()
-  pos = _amax_plan(axes).astype(dtype)
+  spatial = [n for n, _ in axes]
+  scan = _amax_scan_dtype(axes)
+  pos = _amax_plan(axes).astype(scan)
   if math.prod(pos.shape[1::2]) <= _AMAX_SCAN_TAPS:
     if _amax_tiling(axes):
       return _amax_tiled(x, axes)
     every = [sum(((slice(None), j) for j in tap), ())
              for tap in itertools.product(*[range(k) for k in pos.shape[1::2]])]
-    return _amax_split_scan(x, axes, [(slice(None),) * lead + at for at in every],
-                            lambda tap: jnp.asarray(pos[tap[lead:]].reshape(
-                                (1,) * lead + pos[tap[lead:]].shape)))
-  spatial = [n for n, _ in axes]
+    best, found = _amax_split_scan(x, axes, [(slice(None),) * lead + at for at in every],
+                                   lambda tap: jnp.asarray(pos[tap[lead:]].reshape(
+                                       (1,) * lead + pos[tap[lead:]].shape)))
+    return best, found.astype(dtype)
   v: Any = x
   where: Any = None
   for d in reversed(range(nd)):
     n_in, n_out = axes[d]
     a = lead + d
     one = axes[d:d + 1]
-    table = (_amax_table(n_in, n_out) * math.prod(spatial[d + 1:])).astype(dtype)
+    table = (_amax_table(n_in, n_out) * math.prod(spatial[d + 1:])).astype(scan)
     gp = None if where is None else _amax_windows(jnp.moveaxis(where, a, -1), one)
     shape = (1,) * (v.ndim - 1) + (n_out,)
 
@@ -2075,7 +2077,19 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
       taps = [(Ellipsis, j) for j in range(table.shape[1])]
       best, pos_d = _amax_split_scan(jnp.moveaxis(v, a, -1), one, taps, cand)
     v, where = jnp.moveaxis(best, -1, a), jnp.moveaxis(pos_d, -1, a)
-  return v, where
+  return v, where.astype(dtype)
+
+
+def _amax_scan_dtype(axes: tuple[tuple[int, int], ...]) -> np.dtype:
+  """The dtype in which ``_amax_forward``'s scans carry plane positions: float32 where it holds
+  every position exactly and no axis needs ``_amax_reduce`` (whose variadic reduce takes
+  integer positions), else the index dtype. A select chain of integer positions on float
+  comparisons ran several times as long as one of floats on the session's machine
+  (docs/PERFORMANCE.md, 2026-12-06, fourth session)."""
+  if (math.prod(n for n, _ in axes) <= 1 << 24
+      and all(_amax_table(n, o).shape[1] <= _AMAX_UNROLLED_TAPS for n, o in axes)):
+    return np.dtype(np.float32)
+  return np.dtype(_max_pool_op._index_dtype())
 
 
 # Longest window along one axis that ``_amax_forward`` scans unrolled (a select per tap); past
