@@ -2244,7 +2244,7 @@ def _amax_tile_offset(number: jax.Array, axes: tuple[tuple[int, int], ...]) -> j
   """The plane offset of tiled tap ``number`` (float, as ``_amax_scan`` carries it) from its
   window's first tap: the tap's per-axis steps (its number's row-major digits) times the plane's
   strides. The scan carries float numbers, not integer positions: a select chain of integers
-  on float comparisons ran 4-5 times as long on the project's machine (8x512x14x14 -> 7x7 with
+  on float comparisons ran 4-5 times as long on an Intel Xeon (8x512x14x14 -> 7x7 with
   indices: 1.75 ms against 0.79 for max_pool2d's; docs/PERFORMANCE.md)."""
   dtype = _max_pool_op._index_dtype()
   rest = number.astype(dtype)

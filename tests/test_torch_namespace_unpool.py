@@ -480,6 +480,28 @@ def test_adaptive_max_pool_ties_and_nan_rule():
   assert np.signbit(np.asarray(y)).all() and int(i[0, 0, 0, 0]) == 43
 
 
+def test_adaptive_max_pool_positions_of_large_planes_match_torch():
+  """The scans carry plane positions (and tiled tap numbers) as float32 where it holds them
+  exactly: positions far past 2**16 (per-axis scans of uneven windows, and the tiled offsets'
+  digits) are still torch's indices, values and gradients exact."""
+  rng = np.random.default_rng(31)
+  for shape, size in (((1, 2, 257, 300), (9, 11)), ((1, 1, 1024, 1024), (512, 512)),
+                      ((1, 1, 40, 50, 60), (3, 4, 7))):
+    x = rng.standard_normal(shape)
+    fn = getattr(F, f"adaptive_max_pool{len(size)}d")
+    tfn = getattr(TF, f"adaptive_max_pool{len(size)}d")
+    for dt in (np.float32, np.float64):
+      y, i = fn(x.astype(dt), size, True)
+      yt, it = tfn(torch.tensor(x.astype(dt)), size, True)
+      np.testing.assert_array_equal(np.asarray(y), yt.numpy(), err_msg=str(shape))
+      np.testing.assert_array_equal(np.asarray(i), it.numpy(), err_msg=str(shape))
+    assert int(np.asarray(i).max()) > 1 << 16
+    xt = torch.tensor(x, requires_grad=True)
+    (tfn(xt, size) ** 2).sum().backward()
+    g = jax.grad(lambda v: jnp.sum(fn(v, size) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
 def test_adaptive_max_pool_half_precision_matches_torch():
   """float16 and bfloat16 keep their dtype and select the same elements as torch."""
   x = np.random.default_rng(12).integers(-8, 8, (2, 3, 7, 5)).astype(np.float32)
