@@ -22,6 +22,13 @@ drawn configurations meet a condition (e.g. at least 300 compared) can then fall
 import importlib.util
 import os
 
+# PyTorch's OpenMP workers spin-wait after each parallel region under their default policy
+# (docs/PERFORMANCE.md, "Runtimes that spin"); with two pytest workers on two cores, the spin of
+# one worker's oracle calls takes the core the other is compiling on. Passive waiting, set before
+# torch starts OpenMP (subprocesses inherit it): tests/test_grid_sample.py and
+# tests/test_torch_namespace_pool.py ran in 211 s against 232 (user time 391 s against 425).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 if not os.environ.get("JAXOPS_TEST_XLA_OPT"):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_backend_optimization_level=0").strip()
@@ -55,6 +62,29 @@ def pytest_collection_modifyitems(config, items):
   idle for its whole length at the end of the run; with the long ones first, the ends of both
   queues are short tests."""
   items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _quiet_onnxruntime():
+  """onnxruntime's intra-op threads spin after each run by default, as PyTorch's do (above):
+  every session the tests make waits passively instead (the same results; the threads only
+  sleep sooner)."""
+  try:
+    import onnxruntime as ort
+  except ImportError:
+    return
+  init = ort.InferenceSession.__init__
+
+  def quiet_init(self, path_or_bytes, sess_options=None, *args, **kwargs):
+    if sess_options is None:
+      sess_options = ort.SessionOptions()
+    sess_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    init(self, path_or_bytes, sess_options, *args, **kwargs)
+
+  ort.InferenceSession.__init__ = quiet_init
+
+
+_quiet_onnxruntime()
 
 
 def pytest_sessionstart(session):
