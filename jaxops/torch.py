@@ -2084,8 +2084,8 @@ def _amax_scan_dtype(axes: tuple[tuple[int, int], ...]) -> np.dtype:
   """The dtype in which ``_amax_forward``'s scans carry plane positions: float32 where it holds
   every position exactly and no axis needs ``_amax_reduce`` (whose variadic reduce takes
   integer positions), else the index dtype. A select chain of integer positions on float
-  comparisons ran several times as long as one of floats on the session's machine
-  (docs/PERFORMANCE.md, 2026-12-06, fourth session)."""
+  comparisons ran several times as long as one of floats on an Intel Xeon, as in
+  ``_amax_tile_offset`` (docs/PERFORMANCE.md, "Integer select chains")."""
   if (math.prod(n for n, _ in axes) <= 1 << 24
       and all(_amax_table(n, o).shape[1] <= _AMAX_UNROLLED_TAPS for n, o in axes)):
     return np.dtype(np.float32)
