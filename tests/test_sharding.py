@@ -444,7 +444,9 @@ def _explicit_mesh_worker() -> None:
   for name, (fn, args, specs, keeps) in cases.items():
     floats = tuple(n for n, a in enumerate(args) if a.dtype == np.float32)
     loss = lambda *a, fn=fn: jnp.sum(jnp.sin(fn(*a)))  # noqa: E731
-    want = (np.asarray(fn(*args)), [np.asarray(d) for d in jax.grad(loss, floats)(*args)])
+    # the unsharded reference under jit (the sharded calls below run both eagerly and jitted)
+    want = (np.asarray(jax.jit(fn)(*args)),
+            [np.asarray(d) for d in jax.jit(jax.grad(loss, floats))(*args)])
     try:
       with jax.set_mesh(mesh):
         placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, specs)]
