@@ -1067,15 +1067,16 @@ def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   select into those blocks, then a pad (or crop) by the padding and the output size. Its
   callers (``max_unpool``'s and ``jaxops.torch.max_unpool{1,2,3}d``'s windows) define the
   derivative: a scatter-add whose transpose is one gather."""
-  if _unpool_tiles(cfg):
-    return _unpool_tile_select(x, indices, cfg)
   nd = cfg.nd
   lead = x.ndim - nd
   n = x.shape[lead:]
   size = cfg.out[len(cfg.out) - nd:]
-  blocks = x.shape[:lead] + sum(((m, 1) for m in n), ())
-  y = jnp.where(_unpool_hits(indices, cfg, n), reshape_lead(x, blocks, lead),
-                np.zeros((), x.dtype))
+  if _unpool_tiles(cfg):
+    y = _unpool_tile_blocks(x, indices, cfg)
+  else:
+    blocks = x.shape[:lead] + sum(((m, 1) for m in n), ())
+    y = jnp.where(_unpool_hits(indices, cfg, n), reshape_lead(x, blocks, lead),
+                  np.zeros((), x.dtype))
   y = reshape_lead(y, x.shape[:lead] + tuple(m * st for m, st in zip(n, cfg.stride)), lead)
   config = [(0, 0, 0)] * lead + [(-p, o - (m * st - p), 0)
                                  for p, o, m, st in zip(cfg.pad, size, n, cfg.stride)]
@@ -1087,7 +1088,7 @@ _TILE_TAPS = range(3, 10)
 
 
 def _unpool_tiles(cfg: _Unpool) -> bool:
-  """Whether ``_unpool_local`` is ``_unpool_tile_select``: windows that tile the output with
+  """Whether ``_unpool_local`` takes ``_unpool_tile_blocks``: windows that tile the output with
   no padding (kernel == stride) and 3 to 9 taps. Measured on the CPU against the blocked
   select, interleaved in one process (docs/PERFORMANCE.md): 2x2 to 8x128x56x56 0.72-0.81 of
   its time, 3x3 to 8x64x57x57 0.45-0.46, 2x2x2 to 2x16x32x32x32 0.78-0.93, (1, 2, 2)
@@ -1098,14 +1099,14 @@ def _unpool_tiles(cfg: _Unpool) -> bool:
           math.prod(cfg.kernel) in _TILE_TAPS)
 
 
-def _unpool_tile_select(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
-  """``_unpool_local`` where the windows tile the output (``_unpool_tiles``): per tap, a select
-  over the input's shape (the element where its index names that tap, else 0), the taps
-  stacked into place (one loop fusion whose innermost reads are the input's rows, where the
-  blocked select compares broadcast indices with a static table of every block position).
-  Without the taps' masks of ``_unpool_in_window``: the select runs only where every index
-  names a tap inside the output (``_unpool_windows``' check), and with torch's shorter
-  output_size the pad crops the taps past its end."""
+def _unpool_tile_blocks(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """``_unpool_local``'s blocks (lead..., n1, k1, ..., nd, kd) where the windows tile the output
+  (``_unpool_tiles``): per tap, a select over the input's shape (the element where its index
+  names that tap, else 0), the taps stacked into place (one loop fusion whose innermost reads
+  are the input's rows, where the blocked select compares broadcast indices with a static
+  table of every block position). Without the taps' masks of ``_unpool_in_window``: the select
+  runs only where every index names a tap inside the output (``_unpool_windows``' check), and
+  with torch's shorter output_size the pad crops the taps past its end."""
   nd = cfg.nd
   lead = x.ndim - nd
   n = x.shape[lead:]
@@ -1115,19 +1116,13 @@ def _unpool_tile_select(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.A
   zero = np.zeros((), x.dtype)
 
   def stacked(prefix: tuple[int, ...]) -> jax.Array:
-    # (lead..., n1, k1, ..., nd, kd) over the taps whose positions start with ``prefix``
+    # the blocks of the taps whose positions start with ``prefix``
     d = len(prefix)
     if d == nd:
       return jnp.where(rel == np.asarray(offsets[prefix], rel.dtype), x, zero)
     return jnp.stack([stacked(prefix + (j,)) for j in range(cfg.kernel[d])], axis=lead + d + 1)
 
-  y = reshape_lead(stacked(()), x.shape[:lead] + tuple(m * k for m, k in zip(n, cfg.kernel)),
-                   lead)
-  size = cfg.out[len(cfg.out) - nd:]
-  if size == y.shape[lead:]:
-    return y
-  return lax.pad(y, zero, [(0, 0, 0)] * lead + [(0, o - m * k, 0)  # torch's output_size
-                                                for o, m, k in zip(size, n, cfg.kernel)])
+  return stacked(())
 
 
 def _unpool_windows(x: jax.Array, indices: jax.Array,
