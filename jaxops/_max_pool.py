@@ -805,10 +805,10 @@ def _global_max_pool(x: jax.Array) -> jax.Array:
 class _UnpoolPlan:
   default: tuple[int, ...]   # the output shape the attributes give
   out: tuple[int, ...]       # the output shape (output_shape, or the default)
-  # (kernel, stride, pad_begin) per pooled axis where the windows do not overlap (stride >=
-  # kernel on every axis): then an element whose index lies in its own window is the only one
-  # that can write there, and the unpool is a broadcast and a compare (``_unpool_windows``).
-  windows: tuple[tuple[int, int, int], ...] | None = None
+  # (kernel, stride, pad_begin) per pooled axis: the pooling's windows. Where every index lies
+  # in its own window the unpool needs no scatter (``_unpool_windows``): a select into the
+  # windows, or where they overlap a pull of each position's candidates (``_unpool_pull``).
+  windows: tuple[tuple[int, int, int], ...] = ()
   nd: int = 0                # the number of pooled axes
 
 
@@ -838,8 +838,7 @@ def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shap
                      f"the output spatial shape {tuple(spatial)} for `x` of shape {x_shape}; "
                      f"every length must be >= 1")
   default = tuple(lead) + tuple(spatial)
-  windows = (tuple(zip(kernel, strides_, pads_[:nd]))
-             if all(s >= k for s, k in zip(strides_, kernel)) else None)
+  windows = tuple(zip(kernel, strides_, pads_[:nd]))
   if output_shape is None:
     return _UnpoolPlan(default, default, windows, nd)
   out = int_tuple(op, "output_shape", concrete(op, "output_shape", output_shape).reshape(-1))
@@ -935,8 +934,8 @@ def unpool_replicated(f: Callable[..., jax.Array], x: jax.Array, indices: jax.Ar
 
 @functools.partial(jax.jit, static_argnums=2)
 def _max_unpool(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  y = _unpool_scatter(x, indices, plan) if plan.windows is None else _unpool_select(
-      x, indices, plan)
+  y = (_unpool_select(x, indices, plan) if _unpool_windowed(_unpool_cfg(plan)) else
+       _unpool_scatter(x, indices, plan))
   if plan.out != plan.default:
     y = lax.pad(y, np.zeros((), y.dtype), [(0, o - d, 0) for o, d in zip(plan.out, plan.default)])
   return y
@@ -944,10 +943,9 @@ def _max_unpool(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Arra
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _unpool_select(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  """The unpool of non-overlapping windows: indices that max_pool made lie in their own windows,
-  and then no scatter is needed. The check is on the values, so any other indices still get the
-  scatter's result. The values are computed inside the branch (computed outside, they would be
-  copied out of it)."""
+  """The unpool: indices that max_pool made lie in their own windows, and then no scatter is
+  needed. The check is on the values, so any other indices still get the scatter's result. The
+  values are computed inside the branch (computed outside, they would be copied out of it)."""
   ok = _unpool_windows(x, indices, plan)[1]
   return lax.cond(ok, lambda a, i: _unpool_windows(a, i, plan)[0],
                   lambda a, i: _unpool_scatter(a, i, plan), x, indices)
@@ -961,19 +959,27 @@ def _unpool_select_jvp(plan: _UnpoolPlan, primals: tuple[Any, ...],
   x, indices = primals
   ok = _unpool_windows(x, indices, plan)[1]
   size = math.prod(plan.default)
-  # Where every index lies in its own window no two elements share a position, and the kept
-  # ones are those in range; the general rule (last writer wins) only otherwise.
-  target = lax.cond(
-      ok, lambda i: jnp.where((i >= 0) & (i < size), i, size).reshape(-1).astype(_index_dtype()),
-      lambda i: _unpool_targets(i, plan), indices)
+  # Where every index lies in its own window, the kept elements are those in range whose
+  # position no later element of an overlapping window names (``_unpool_kept``; all in range
+  # where the windows do not overlap); the general rule (last writer wins) only otherwise.
+  cfg = _unpool_cfg(plan)
+
+  def local_target(i: jax.Array) -> jax.Array:
+    kept = (i >= 0) & (i < size)
+    if _unpool_overlaps(cfg):
+      kept = kept & _unpool_kept(_unpool_plane_local(i, plan), cfg)
+    return jnp.where(kept, i, size).astype(_index_dtype()).reshape(-1)
+
+  target = (lax.cond(ok, local_target, lambda i: _unpool_targets(i, plan), indices)
+            if unpool_keeps_by_compares(cfg) else _unpool_targets(indices, plan))
   return _unpool_select(x, indices, plan), scatter_add(tangents[0], target, plan.default)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Unpool:
-  """Non-overlapping windows to unpool into (stride >= kernel): the full output shape, the pooled
-  rank, and the pooling's windows (kernel, stride, leading padding per axis). Shared by
-  ``max_unpool`` and ``jaxops.torch.max_unpool{1,2,3}d``."""
+  """The windows to unpool into: the full output shape, the pooled rank, and the pooling's
+  windows (kernel, stride, leading padding per axis). Shared by ``max_unpool`` and
+  ``jaxops.torch.max_unpool{1,2,3}d``."""
 
   out: tuple[int, ...]
   nd: int
@@ -1061,12 +1067,62 @@ def _unpool_in_window(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> j
   return functools.reduce(operator.or_, hits)
 
 
+def _unpool_overlaps(cfg: _Unpool) -> bool:
+  """Whether two windows can share a position (a kernel longer than its stride)."""
+  return any(k > s for k, s in zip(cfg.kernel, cfg.stride))
+
+
+# Overlapping windows take the pull (``_unpool_pull``) where each output position has at most
+# this many candidate writers (3x3 stride 1, 5x5 stride 2, 3x3x3 stride 2), the scatter beyond.
+_PULL_CANDIDATES = 9
+
+
+def _unpool_windowed(cfg: _Unpool) -> bool:
+  """Whether the unpool takes its windows' path (a check that every index lies in its own
+  window, then ``_unpool_local``) rather than the scatter alone: always where the windows do
+  not overlap; where they do, with at most ``_PULL_CANDIDATES`` writers per position, and in
+  3-D only where no pooled output length needs the pull's crop (3x3x3 stride 2 pads 1, without
+  the checks, to 2x16x31x31x31: the pull 1.4-2.1 ms against the scatter's 1.3; to 32x32x32 0.6;
+  in 1-D and 2-D the pull with its crop took 0.3-0.6 of the scatter's time)."""
+  if not _unpool_overlaps(cfg):
+    return True
+  lead = len(cfg.out) - cfg.nd
+  return (math.prod(-(-k // s) for k, s in zip(cfg.kernel, cfg.stride)) <= _PULL_CANDIDATES and
+          (cfg.nd <= 2 or all(m % s == 0 for m, s in zip(cfg.out[lead:], cfg.stride))))
+
+
+@functools.lru_cache(maxsize=256)
+def _unpool_later(kernel: tuple[int, ...], stride: tuple[int, ...]
+                  ) -> tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...]:
+  """Per tap of the window: the shifts ``delta`` (in input elements) of the later elements
+  (row-major) whose windows hold the same position, at tap ``tap - delta * stride``."""
+  out = []
+  for tap in itertools.product(*[range(k) for k in kernel]):
+    shifts = tuple(d for d in itertools.product(*[range(-((k - 1 - t) // s), t // s + 1)
+                                                  for k, t, s in zip(kernel, tap, stride)])
+                   if d > (0,) * len(kernel))
+    out.append((tap, shifts))
+  return tuple(out)
+
+
+def unpool_keeps_by_compares(cfg: _Unpool) -> bool:
+  """Whether the derivative finds the kept elements of overlapping windows by
+  ``_unpool_kept``'s shifted compares (at most two per tap: 3x3 stride 2 has 8 for its 9 taps,
+  3x3x3 stride 2 49 for 27) rather than by the general last-writer scatter (3x3 stride 1 has
+  36: its backward pass took 15-20 ms that way against 8-10, on 8x64x56x56). Shared with
+  ``jaxops.torch.max_unpool{1,2,3}d``."""
+  later = _unpool_later(cfg.kernel, cfg.stride)
+  return sum(len(d) for _, d in later) <= 2 * len(later)
+
+
 def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
-  """Indices that each lie in their own window of a pooling whose windows do not overlap:
+  """Indices that each lie in their own window (per plane). Where the windows do not overlap,
   every input element owns a block of ``stride`` positions per axis, so the output is one
-  select into those blocks, then a pad (or crop) by the padding and the output size. Its
-  callers (``max_unpool``'s and ``jaxops.torch.max_unpool{1,2,3}d``'s windows) define the
+  select into those blocks, then a pad (or crop) by the padding and the output size; where
+  they overlap, ``_unpool_pull``. Its callers (``max_unpool``'s and ``jaxops.torch.max_unpool{1,2,3}d``'s windows) define the
   derivative: a scatter-add whose transpose is one gather."""
+  if _unpool_overlaps(cfg):
+    return _unpool_pull(x, indices, cfg)
   nd = cfg.nd
   lead = x.ndim - nd
   n = x.shape[lead:]
@@ -1125,25 +1181,127 @@ def _unpool_tile_blocks(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.A
   return stacked(())
 
 
+def _unpool_cfg(plan: _UnpoolPlan) -> _Unpool:
+  return _Unpool(plan.default, plan.nd, tuple(k for k, _, _ in plan.windows),
+                 tuple(s for _, s, _ in plan.windows), tuple(p for _, _, p in plan.windows))
+
+
+def _unpool_plane_local(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
+  """Flat indices as per-plane ones; another plane's position falls outside [0, plane)."""
+  lead = indices.ndim - plan.nd
+  plane = math.prod(plan.default[lead:])
+  base = (jnp.arange(math.prod(indices.shape[:lead]), dtype=indices.dtype) * plane).reshape(
+      indices.shape[:lead] + (1,) * plan.nd)
+  return indices - base
+
+
 def _unpool_windows(x: jax.Array, indices: jax.Array,
                     plan: _UnpoolPlan) -> tuple[jax.Array, jax.Array]:
-  """(the unpool into non-overlapping windows, whether it is exact): each element written
+  """(the unpool into the pooling's windows, whether it is exact): each element written
   where its index names a position of its own window, and the check that every index does so
   or lies outside the output (dropped)."""
-  windows = plan.windows or ()
-  nd = len(windows)
-  lead = x.ndim - nd
-  cfg = _Unpool(plan.default, nd, tuple(k for k, _, _ in windows),
-                tuple(s for _, s, _ in windows), tuple(p for _, _, p in windows))
-  plane = math.prod(plan.default[lead:])
-  # Flat indices as per-plane ones; another plane's position falls outside [0, plane).
-  base = (jnp.arange(math.prod(x.shape[:lead]), dtype=indices.dtype) * plane).reshape(
-      x.shape[:lead] + (1,) * nd)
-  local = indices - base
+  lead = x.ndim - plan.nd
+  cfg = _unpool_cfg(plan)
+  local = _unpool_plane_local(indices, plan)
   size = math.prod(plan.default)
   dropped = (indices < 0) | (indices >= size)
   placed = _unpool_in_window(local, cfg, x.shape[lead:])
   return _unpool_local(x, local, cfg), all_true(placed | dropped)
+
+
+def _unpool_candidates(cfg: _Unpool, phase: tuple[int, ...]
+                       ) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], tuple[int, ...]]]]:
+  """For the output positions ``o = q * stride + phase`` (per axis): the shift ``b`` such that
+  the windows of the input elements ``q + b - j`` cover them, for each ``j`` of the list (per
+  axis ``0 <= j <= (kernel - 1 - r) // stride`` with ``r = (phase + pad) % stride``), with the
+  tap of that window the position is; earliest writer (row-major) first."""
+  shift, per, rs = [], [], []
+  for k, s, p, ph in zip(cfg.kernel, cfg.stride, cfg.pad, phase):
+    b, r = divmod(ph + p, s)
+    shift.append(b)
+    rs.append(r)
+    per.append(range((k - 1 - r) // s + 1) if r < k else range(0))
+  out = [(js, tuple(r + j * s for r, j, s in zip(rs, js, cfg.stride)))
+         for js in sorted(itertools.product(*per), reverse=True)]
+  return tuple(shift), out
+
+
+def _unpool_pull(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """``_unpool_local`` for overlapping windows: each output position, by phase (its position
+  modulo the stride per axis), takes the latest of the input elements whose windows cover it
+  and whose index names it (static shifted slices of the input compared with static tap
+  offsets, no scatter), and the phases are stacked into place: one loop fusion beside the
+  padded copies of the input and its offsets. The later element wins, as the reference loop's
+  assignment order has it."""
+  nd = cfg.nd
+  lead = x.ndim - nd
+  n = x.shape[lead:]
+  size = cfg.out[len(cfg.out) - nd:]
+  rel = _unpool_rel(indices, cfg, n)
+  offsets = dict(zip(itertools.product(*[range(k) for k in cfg.kernel]),
+                     (off for off, _ in _unpool_taps(cfg, n)[1])))
+  q = [-(-m // s) for m, s in zip(size, cfg.stride)]
+  before = [(k - 1) // s for k, s in zip(cfg.kernel, cfg.stride)]
+  after = [max(0, (s - 1 + p) // s + m - v) for s, p, m, v in zip(cfg.stride, cfg.pad, q, n)]
+  config = [(0, 0, 0)] * lead + [(b, a, 0) for b, a in zip(before, after)]
+  xp = lax.pad(x, np.zeros((), x.dtype), config)
+  # -1 is no tap's offset: the padding never matches
+  rp = lax.pad(rel, np.array(-1, rel.dtype), config)
+  zero = np.zeros((), x.dtype)
+
+  def phase(ph: tuple[int, ...]) -> jax.Array:
+    shift, cands = _unpool_candidates(cfg, ph)
+    y = None
+    for js, tap in cands:
+      starts = [0] * lead + [b0 + b - j for b0, b, j in zip(before, shift, js)]
+      limits = list(x.shape[:lead]) + [st + m for st, m in zip(starts[lead:], q)]
+      hit = lax.slice(rp, starts, limits) == np.asarray(offsets[tap], rel.dtype)
+      y = jnp.where(hit, lax.slice(xp, starts, limits), zero if y is None else y)
+    return jnp.zeros(x.shape[:lead] + tuple(q), x.dtype) if y is None else y
+
+  def stacked(prefix: tuple[int, ...]) -> jax.Array:
+    d = len(prefix)
+    if d == nd:
+      return phase(prefix)
+    return jnp.stack([stacked(prefix + (r,)) for r in range(cfg.stride[d])], axis=lead + d + 1)
+
+  y = reshape_lead(stacked(()), x.shape[:lead] + tuple(m * s for m, s in zip(q, cfg.stride)),
+                   lead)
+  if y.shape[lead:] == tuple(size):
+    return y
+  # Cropped inside the loop fusion: its index arithmetic per element takes about twice the
+  # pull's time (8x64x56x56 to 111x111: 9.5 ms against 4.5 for 112x112), but cropped after a
+  # conditional, as a copy, both 26 MB arrays were faulted in on every call (18 ms).
+  return y[(Ellipsis,) + tuple(slice(0, v) for v in size)]
+
+
+def _unpool_kept(indices: jax.Array, cfg: _Unpool) -> jax.Array:
+  """Per element whose per-plane index lies in its own window: whether it is the last writer of
+  its position, i.e. no later element (row-major) whose window covers that position names it
+  too. Those elements lie within ``(kernel - 1) // stride`` along each axis, so this is shifted
+  compares with static tap offsets, as ``_unpool_pull`` makes them."""
+  nd = cfg.nd
+  lead = indices.ndim - nd
+  n = indices.shape[lead:]
+  rel = _unpool_rel(indices, cfg, n)
+  offsets = dict(zip(itertools.product(*[range(k) for k in cfg.kernel]),
+                     _unpool_taps(cfg, n)[1]))
+  reach = [(k - 1) // s for k, s in zip(cfg.kernel, cfg.stride)]
+  rp = lax.pad(rel, np.array(-1, rel.dtype), [(0, 0, 0)] * lead + [(r, r, 0) for r in reach])
+  kept = []
+  for tap, shifts in _unpool_later(cfg.kernel, cfg.stride):
+    off, mask = offsets[tap]
+    hit = rel == np.asarray(off, rel.dtype)
+    if mask is not None:
+      hit = hit & jnp.asarray(mask.reshape((1,) * lead + mask.shape))
+    for delta in shifts:
+      later = tuple(t - d * s for t, d, s in zip(tap, delta, cfg.stride))
+      starts = [0] * lead + [r + d for r, d in zip(reach, delta)]
+      shifted = lax.slice(rp, starts, list(indices.shape[:lead]) +
+                          [st + m for st, m in zip(starts[lead:], n)])
+      hit = hit & (shifted != np.asarray(offsets[later][0], rel.dtype))
+    kept.append(hit)
+  return functools.reduce(operator.or_, kept)
 
 
 def _unpool_targets(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:

@@ -35,9 +35,11 @@ How each maps onto jaxops:
   as the half_pixel / output_half_pixel coordinate modes, ``sampling_ratio <= 0`` as adaptive,
   the batch index column (or the list of per-image boxes) as ``batch_indices``.
 - ``max_unpool1d/2d/3d``: torch's per-plane indices read in the plane of the output size as
-  given. Where the pooling's windows do not overlap and every index lies in its own window (as
-  max_pool's do; checked at run time), one select into per-element blocks; otherwise
-  ``jaxops.max_unpool``'s rule (of repeated indices the later one is kept) as one scatter.
+  given, with ``jaxops.max_unpool``'s rule (of repeated indices the later one is kept). Where
+  every index lies in its own window (as max_pool's do; checked at run time), no scatter: one
+  select into per-element blocks where the pooling's windows do not overlap, a pull of each
+  position's few candidate writers where they do (``jaxops.max_unpool``'s cases); otherwise
+  one scatter.
 - ``adaptive_max_pool1d/2d/3d``: the same static windows (a reshape where they tile an axis,
   else one gather of a static table per axis), scanned with torch's rule (first maximum in
   row-major order; a window holding NaN gives NaN at its last NaN): all taps in one pass for
@@ -1724,7 +1726,7 @@ import operator  # noqa: E402
 
 from jaxops import _max_pool as _max_pool_op  # noqa: E402
 from jaxops._max_pool import (_last_writers, _take_last, _Unpool,  # noqa: E402
-                              _unpool_in_window, _unpool_local)
+                              _unpool_in_window, _unpool_kept, _unpool_local, _unpool_overlaps)
 
 
 def _unpool_config(name: str, nd: int, shape: tuple[int, ...], i_shape: tuple[int, ...],
@@ -1812,8 +1814,8 @@ def _unpool_is_local(indices: jax.Array, cfg: _Unpool) -> jax.Array:
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _unpool_windows(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
-  """Non-overlapping windows (stride >= kernel): a select into the windows when every index
-  lies in its own, else the scatter (a check on the values)."""
+  """A select into the windows (or where they overlap, a pull of each position's candidates)
+  when every index lies in its own, else the scatter (a check on the values)."""
   return lax.cond(_unpool_is_local(indices, cfg), lambda v, i: _unpool_local(v, i, cfg),
                   lambda v, i: _unpool_scatter(v, i, cfg), x, indices)
 
@@ -1831,11 +1833,21 @@ def _unpool_windows_jvp(cfg: _Unpool, primals: tuple[Any, ...],
     f = _unpool_flat(i, cfg)[0]
     return jnp.where(_last_writers(f, size)[1], f, size)
 
-  # In own windows, no two elements share a position: all in-plane ones are kept. The targets
-  # are computed inside the branches (computed before the conditional and passed through it,
-  # they were written and copied out: the backward pass 1.6 times the operator's).
-  target = lax.cond(_unpool_is_local(indices, cfg), lambda i: _unpool_flat(i, cfg)[0], rest,
-                    indices)
+  def local(i: jax.Array) -> jax.Array:
+    f = _unpool_flat(i, cfg)[0]
+    if not _unpool_overlaps(cfg):
+      return f
+    # in the input's shape, reshaped after: the flat loop's index arithmetic per shifted
+    # compare of _unpool_kept took 3.5 times as long
+    return jnp.where(_unpool_kept(i, cfg), f.reshape(i.shape), size).reshape(-1)
+
+  # In own windows of a pooling whose windows do not overlap, no two elements share a
+  # position: all in-plane ones are kept; where they overlap, those no later element of a
+  # covering window overwrites. The targets are computed inside the branches (computed before
+  # the conditional and passed through it, they were written and copied out: the backward pass
+  # 1.6 times the operator's).
+  target = (lax.cond(_unpool_is_local(indices, cfg), local, rest, indices)
+            if _max_pool_op.unpool_keeps_by_compares(cfg) else rest(indices))
   return _unpool_windows(x, indices, cfg), _max_pool_op.scatter_add(tangents[0], target, cfg.out)
 
 
@@ -1843,7 +1855,9 @@ def _unpool_windows_jvp(cfg: _Unpool, primals: tuple[Any, ...],
 def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   if math.prod(cfg.out) == 0:
     return jnp.zeros(cfg.out, x.dtype)
-  if not all(1 <= k <= s for k, s in zip(cfg.kernel, cfg.stride)):
+  # torch's arguments allow windows that are none (kernel_size or stride 0 or below)
+  if (not all(k >= 1 and s >= 1 for k, s in zip(cfg.kernel, cfg.stride)) or
+          not _max_pool_op._unpool_windowed(cfg)):
     return _unpool_scatter(x, indices, cfg)
   return _unpool_windows(x, indices, cfg)
 

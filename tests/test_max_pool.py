@@ -210,6 +210,80 @@ def test_max_unpool_window_indices_and_any_other_indices(kernel, strides, pads):
     check_grads(lambda v, i=ind: f(v, i), (y,), order=1, modes=("rev",))
 
 
+def _own_window_flat(rng: np.random.Generator, lead: tuple[int, ...], n: tuple[int, ...],
+                     kernel: tuple, strides: tuple, begin: tuple, out: tuple) -> np.ndarray:
+  """Flat indices (over the whole output, as max_pool returns them) that each name a random
+  position of the element's own window inside the output."""
+  nd = len(n)
+  idx = np.zeros(lead + n, np.int64)
+  plane = int(np.prod(out))
+  for pos in np.ndindex(*(lead + n)):
+    flat = 0
+    for d in range(nd):
+      o = pos[len(lead) + d] * strides[d] - begin[d]
+      taps = [o + t for t in range(kernel[d]) if 0 <= o + t < out[d]]
+      flat = flat * out[d] + int(rng.choice(taps))
+    idx[pos] = int(np.ravel_multi_index(pos[:len(lead)], lead)) * plane + flat
+  return idx
+
+
+@pytest.mark.parametrize("kernel, strides, pads, n, pulled", [
+    ((3, 3), (2, 2), (1, 1, 1, 1), (3, 4), True),    # output 5x7: the pull's crop
+    ((3, 3), (2, 2), (1, 1, 0, 0), (3, 4), True),    # output 6x8: no crop
+    ((3, 3), (1, 1), (1, 1, 1, 1), (3, 4), True),    # 9 writers per position, targets by scatter
+    ((3,), (1,), (1, 1), (7,), True),
+    ((4, 2), (2, 1), (1, 0, 2, 0), (3, 3), True),
+    ((3, 3, 3), (2, 2, 2), (1, 1, 1, 0, 0, 0), (2, 2, 3), True),   # output 4x4x6
+    ((3, 3, 3), (2, 2, 2), (1, 1, 1, 1, 1, 1), (2, 2, 3), False),  # 3x3x5: the scatter
+    ((5, 5), (1, 1), (2, 2, 2, 2), (3, 3), False),   # 25 writers per position: the scatter
+])
+def test_max_unpool_overlapping_windows(kernel, strides, pads, n, pulled):
+  """Overlapping windows (kernel longer than stride) whose indices each lie in their own
+  window take a pull of each position's candidate writers instead of the scatter: positions
+  that several windows share keep the later element; indices outside the output are dropped;
+  one index elsewhere sends the call to the scatter. Values, the JVP and the VJP (the
+  cotangent at each kept element's position, zero at the overwritten ones) against the spec's
+  loop in NumPy, float64, exactly."""
+  rng = np.random.default_rng(sum(kernel) + 10 * sum(n))
+  nd = len(kernel)
+  lead = (2, 3)
+  out_shape = lead + tuple((m - 1) * s - pb - pe + k for m, s, k, pb, pe in zip(
+      n, strides, kernel, pads[:nd], pads[nd:]))
+  size = int(np.prod(out_shape))
+  x = rng.standard_normal(lead + n)
+  own = _own_window_flat(rng, lead, n, kernel, strides, pads[:nd], out_shape[2:])
+  dropped = own.copy()
+  dropped.flat[[1, 4]] = [-2, size + 3]
+  moved = own.copy()
+  moved.flat[0] = own.flat[-1]  # another plane's position: only the scatter has it
+  plan = _max_pool_module._unpool_plan(x.shape, x.shape, kernel, strides, pads, None)
+  assert _max_pool_module._unpool_windowed(_max_pool_module._unpool_cfg(plan)) == pulled
+  f = jax.jit(lambda v, i: jaxops.max_unpool(v, i, kernel, strides=strides, pads=pads))
+  repeats = 0
+  for ind, windowed in ((own, True), (dropped, True), (moved, False)):
+    want = _unpool_loop(x, ind, out_shape)
+    # the kept elements: each position's last writer
+    last = np.full(size, -1)
+    for e, i in enumerate(ind.ravel()):
+      if 0 <= i < size:
+        last[i] = e
+    repeats += int(np.sum(last >= 0)) < int(np.sum((ind >= 0) & (ind < size)))
+    y, vjp = jax.vjp(lambda v, i=ind: f(v, i), jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(y), want)
+    cot = rng.standard_normal(out_shape)
+    want_g = np.zeros(x.size)
+    want_g[last[last >= 0]] = cot.ravel()[last >= 0]
+    np.testing.assert_array_equal(np.asarray(vjp(jnp.asarray(cot))[0]).ravel(), want_g)
+    t = rng.standard_normal(x.shape)
+    tangent = jax.jvp(lambda v, i=ind: f(v, i), (jnp.asarray(x),), (jnp.asarray(t),))[1]
+    np.testing.assert_array_equal(np.asarray(tangent), _unpool_loop(t, ind, out_shape))
+    fast, ok = _max_pool_module._unpool_windows(jnp.asarray(x), jnp.asarray(ind), plan)
+    assert bool(ok) == windowed  # which path ran (where pulled)
+    if windowed:
+      np.testing.assert_array_equal(np.asarray(fast), want)
+  assert repeats  # windows that share a position, and an element overwritten
+
+
 def test_max_unpool_64_bit_numpy_indices_without_64_bit_types():
   """With JAX's 64-bit types off, int64 NumPy indices past int32 wrapped when JAX took them:
   2**32 + 5 wrote at position 5. They lie outside the output and are dropped (the spec's loop)."""

@@ -187,6 +187,52 @@ def test_max_unpool_matches_torch(nd):
   assert sum(c[4] for c in cases) >= len(cases) // 10
 
 
+def test_max_unpool_of_overlapping_windows_matches_torch():
+  """Overlapping pooling windows (kernel longer than stride), indices from torch's own
+  max_pool with ties (a position that two windows share is named twice): the unpool pulls each
+  position's candidate writers instead of scattering. Values exactly, float64 gradients
+  torch's on the kept elements and zero on the overwritten ones (docs/DEVIATIONS.md,
+  jaxops.torch 6), with and without an output_size that rounds up to whole strides."""
+  from jaxops import _max_pool
+  rng = np.random.default_rng(91)
+  configs = [  # (input shape, kernel, stride, padding, output_size)
+      ((2, 3, 9, 11), 3, 2, 1, None), ((2, 3, 10, 12), 3, 2, 1, (10, 12)),
+      ((2, 3, 7, 8), 3, 1, 1, None), ((2, 3, 23), 3, 1, 1, None), ((2, 3, 22), 4, 2, 1, None),
+      ((1, 2, 6, 6, 8), 3, 2, 1, (6, 6, 8)), ((1, 2, 6, 5, 8), (3, 2, 3), (2, 1, 2), 1, (6, 5, 8))]
+  cases, want = [], []
+  with _one_torch_thread():
+    for shape, k, s, p, size in configs:
+      nd = len(shape) - 2
+      x = np.round(rng.standard_normal(shape) * 2) / 2  # ties: repeated indices
+      y, idx = getattr(TF, f"max_pool{nd}d")(torch.tensor(x), k, s, p, return_indices=True)
+      kw = dict(kernel_size=k, stride=s, padding=p, output_size=size)
+      cfg = F._unpool_config(f"max_unpool{nd}d", nd, tuple(y.shape), tuple(y.shape), k, s, p,
+                             size)
+      assert _max_pool._unpool_overlaps(cfg) and _max_pool._unpool_windowed(cfg), cfg
+      yt = y.clone().requires_grad_()
+      out = getattr(TF, f"max_unpool{nd}d")(yt, idx, **kw)
+      g = rng.standard_normal(tuple(out.shape))
+      out.backward(torch.tensor(g))
+      kept = _kept(idx.numpy(), nd)
+      cases.append((y.detach().numpy(), idx.numpy(), kw, nd))
+      want.append((out.detach().numpy(), yt.grad.numpy() * kept, g, kept))
+  calls = [lambda v, i, kw=kw, nd=nd: (getattr(F, f"max_unpool{nd}d")(v, i, **kw), ())
+           for _, _, kw, nd in cases]
+  y64, _, y32, _, grads = _sweep(calls, [c[0] for c in cases], [c[1] for c in cases],
+                                 [w[2] for w in want])
+  overwritten = 0
+  for n, ((y, idx, kw, nd), (w, wg, _, kept)) in enumerate(zip(cases, want)):
+    msg = f"{y.shape} {kw}"
+    overwritten += int((~kept).sum())
+    np.testing.assert_array_equal(y64[n], w, err_msg=msg)
+    with _one_torch_thread():
+      w32 = getattr(TF, f"max_unpool{nd}d")(torch.tensor(y.astype(np.float32)),
+                                            torch.tensor(idx), **kw).numpy()
+    np.testing.assert_array_equal(y32[n], w32, err_msg=msg)
+    np.testing.assert_array_equal(grads[n], wg, err_msg="grad " + msg)
+  assert overwritten  # positions two windows share
+
+
 @pytest.mark.parametrize("nd", [1, 2, 3])
 def test_max_unpool_output_sizes_and_errors_match_torch(nd):
   """PLAN_SWEEP random argument sets, impossible ones included (output_size at and beyond the
