@@ -100,7 +100,16 @@ def _cases(tiny: bool) -> list[tuple[str, np.ndarray, Callable[[Any, Any, Any], 
   for mode in ("bilinear", "bicubic", "nearest"):
     for pad, ac in (("zeros", False), ("border", True), ("reflection", False)):
       cases.append((f"grid_sample {mode} {pad} align_corners={ac}", x4, sample(mode, pad, ac)))
+  # max_unpool of overlapping windows: the pooled values and torch's indices of x4's 3x3 s2 p1
+  # max pooling, unpooled back to x4's size. Windows that share their maximum name it twice, and
+  # torch's gradient then reaches the overwritten element too ("gradients differ":
+  # docs/DEVIATIONS.md, jaxops.torch 6)
+  import torch
+  y4, i4 = torch.nn.functional.max_pool2d(torch.from_numpy(x4), 3, 2, 1, return_indices=True)
+  idx4 = i4.numpy()
   cases += [
+      ("max_unpool2d 3 s2 p1 (overlapping windows)", y4.numpy(), lambda F, x, a: F.max_unpool2d(
+          x, a(idx4), 3, 2, 1, output_size=x4.shape[2:])),
       ("affine_grid + grid_sample", x4, lambda F, x, a: F.grid_sample(
           x, F.affine_grid(a(theta), x.shape, align_corners=False), align_corners=False)),
       ("grid_sample trilinear border 3-D", x5, lambda F, x, a: F.grid_sample(
