@@ -934,7 +934,7 @@ def unpool_replicated(f: Callable[..., jax.Array], x: jax.Array, indices: jax.Ar
 
 @functools.partial(jax.jit, static_argnums=2)
 def _max_unpool(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  y = (_unpool_select(x, indices, plan) if _unpool_windowed(_unpool_cfg(plan)) else
+  y = (_unpool_select(x, indices, plan) if unpool_windowed(_unpool_cfg(plan)) else
        _unpool_scatter(x, indices, plan))
   if plan.out != plan.default:
     y = lax.pad(y, np.zeros((), y.dtype), [(0, o - d, 0) for o, d in zip(plan.out, plan.default)])
@@ -1077,13 +1077,14 @@ def _unpool_overlaps(cfg: _Unpool) -> bool:
 _PULL_CANDIDATES = 9
 
 
-def _unpool_windowed(cfg: _Unpool) -> bool:
+def unpool_windowed(cfg: _Unpool) -> bool:
   """Whether the unpool takes its windows' path (a check that every index lies in its own
   window, then ``_unpool_local``) rather than the scatter alone: always where the windows do
   not overlap; where they do, with at most ``_PULL_CANDIDATES`` writers per position, and in
   3-D only where no pooled output length needs the pull's crop (3x3x3 stride 2 pads 1, without
   the checks, to 2x16x31x31x31: the pull 1.4-2.1 ms against the scatter's 1.3; to 32x32x32 0.6;
-  in 1-D and 2-D the pull with its crop took 0.3-0.6 of the scatter's time)."""
+  in 1-D and 2-D the pull with its crop took 0.3-0.65 of the scatter's time). Shared with
+  ``jaxops.torch.max_unpool{1,2,3}d``."""
   if not _unpool_overlaps(cfg):
     return True
   lead = len(cfg.out) - cfg.nd
@@ -1119,8 +1120,9 @@ def _unpool_local(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   """Indices that each lie in their own window (per plane). Where the windows do not overlap,
   every input element owns a block of ``stride`` positions per axis, so the output is one
   select into those blocks, then a pad (or crop) by the padding and the output size; where
-  they overlap, ``_unpool_pull``. Its callers (``max_unpool``'s and ``jaxops.torch.max_unpool{1,2,3}d``'s windows) define the
-  derivative: a scatter-add whose transpose is one gather."""
+  they overlap, ``_unpool_pull``. Its callers (``max_unpool``'s and
+  ``jaxops.torch.max_unpool{1,2,3}d``'s windows) define the derivative: a scatter-add whose
+  transpose is one gather."""
   if _unpool_overlaps(cfg):
     return _unpool_pull(x, indices, cfg)
   nd = cfg.nd
@@ -1269,9 +1271,9 @@ def _unpool_pull(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
                    lead)
   if y.shape[lead:] == tuple(size):
     return y
-  # Cropped inside the loop fusion: its index arithmetic per element takes about twice the
-  # pull's time (8x64x56x56 to 111x111: 9.5 ms against 4.5 for 112x112), but cropped after a
-  # conditional, as a copy, both 26 MB arrays were faulted in on every call (18 ms).
+  # Cropped inside the loop fusion, whose index arithmetic per element then takes about as long
+  # as the pull (8x64x56x56 to 111x111 against 112x112, docs/PERFORMANCE.md); cropped after
+  # the conditional, as a copy, both 26 MB arrays were faulted in on every call.
   return y[(Ellipsis,) + tuple(slice(0, v) for v in size)]
 
 

@@ -1837,8 +1837,8 @@ def _unpool_windows_jvp(cfg: _Unpool, primals: tuple[Any, ...],
     f = _unpool_flat(i, cfg)[0]
     if not _unpool_overlaps(cfg):
       return f
-    # in the input's shape, reshaped after: the flat loop's index arithmetic per shifted
-    # compare of _unpool_kept took 3.5 times as long
+    # in the input's shape, reshaped after: as one flat loop, its index arithmetic per shifted
+    # compare of _unpool_kept took 3.5 times as long as the flags alone
     return jnp.where(_unpool_kept(i, cfg), f.reshape(i.shape), size).reshape(-1)
 
   # In own windows of a pooling whose windows do not overlap, no two elements share a
@@ -1857,7 +1857,7 @@ def _unpool_jit(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
     return jnp.zeros(cfg.out, x.dtype)
   # torch's arguments allow windows that are none (kernel_size or stride 0 or below)
   if (not all(k >= 1 and s >= 1 for k, s in zip(cfg.kernel, cfg.stride)) or
-          not _max_pool_op._unpool_windowed(cfg)):
+          not _max_pool_op.unpool_windowed(cfg)):
     return _unpool_scatter(x, indices, cfg)
   return _unpool_windows(x, indices, cfg)
 

@@ -208,7 +208,7 @@ def test_max_unpool_of_overlapping_windows_matches_torch():
       kw = dict(kernel_size=k, stride=s, padding=p, output_size=size)
       cfg = F._unpool_config(f"max_unpool{nd}d", nd, tuple(y.shape), tuple(y.shape), k, s, p,
                              size)
-      assert _max_pool._unpool_overlaps(cfg) and _max_pool._unpool_windowed(cfg), cfg
+      assert _max_pool._unpool_overlaps(cfg) and _max_pool.unpool_windowed(cfg), cfg
       yt = y.clone().requires_grad_()
       out = getattr(TF, f"max_unpool{nd}d")(yt, idx, **kw)
       g = rng.standard_normal(tuple(out.shape))
