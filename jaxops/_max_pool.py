@@ -35,7 +35,8 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -802,14 +803,26 @@ def _global_max_pool(x: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Unpool:
+  """The windows to unpool into: the full output shape, the pooled rank, and the pooling's
+  windows (kernel, stride, leading padding per axis). Shared by ``max_unpool`` and
+  ``jaxops.torch.max_unpool{1,2,3}d``."""
+
+  out: tuple[int, ...]
+  nd: int
+  kernel: tuple[int, ...]
+  stride: tuple[int, ...]
+  pad: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class _UnpoolPlan:
   default: tuple[int, ...]   # the output shape the attributes give
   out: tuple[int, ...]       # the output shape (output_shape, or the default)
-  # (kernel, stride, pad_begin) per pooled axis: the pooling's windows. Where every index lies
-  # in its own window the unpool needs no scatter (``_unpool_windows``): a select into the
-  # windows, or where they overlap a pull of each position's candidates (``_unpool_pull``).
-  windows: tuple[tuple[int, int, int], ...] = ()
-  nd: int = 0                # the number of pooled axes
+  # The pooling's windows into the default output. Where every index lies in its own window
+  # the unpool needs no scatter (``_unpool_windows``): a select into the windows, or where they
+  # overlap a pull of each position's candidates (``_unpool_pull``).
+  cfg: _Unpool
 
 
 def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shape: Any,
@@ -838,9 +851,9 @@ def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shap
                      f"the output spatial shape {tuple(spatial)} for `x` of shape {x_shape}; "
                      f"every length must be >= 1")
   default = tuple(lead) + tuple(spatial)
-  windows = tuple(zip(kernel, strides_, pads_[:nd]))
+  cfg = _Unpool(default, nd, kernel, strides_, pads_[:nd])
   if output_shape is None:
-    return _UnpoolPlan(default, default, windows, nd)
+    return _UnpoolPlan(default, default, cfg)
   out = int_tuple(op, "output_shape", concrete(op, "output_shape", output_shape).reshape(-1))
   if len(out) == nd and len(x_shape) != nd:
     out = tuple(lead) + out  # only the pooled axes given
@@ -849,7 +862,7 @@ def _unpool_plan(x_shape: tuple[int, ...], i_shape: tuple[int, ...], kernel_shap
     raise value_error(op, "output_shape", output_shape,
                       f"the shape {default} that the attributes give, or one as long with the "
                       f"same leading axes {tuple(lead)} and pooled axes at least as long")
-  return _UnpoolPlan(default, tuple(out), windows, nd)
+  return _UnpoolPlan(default, tuple(out), cfg)
 
 
 _UNPOOL_PLANS = ConfigCache(_unpool_plan)
@@ -915,7 +928,7 @@ def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
   static = (tuple(x.shape), tuple(indices.shape), kernel_shape, strides, pads, output_shape)
   plan = _UNPOOL_PLANS(cache_key(*static), *static)
   check_output_size(op, plan.out, x.dtype)  # (XLA aborts the process on 2**62 elements)
-  return unpool_replicated(_max_unpool, x, indices, plan.nd, plan)
+  return unpool_replicated(_max_unpool, x, indices, plan.cfg.nd, plan)
 
 
 def unpool_replicated(f: Callable[..., jax.Array], x: jax.Array, indices: jax.Array, nd: int,
@@ -934,7 +947,7 @@ def unpool_replicated(f: Callable[..., jax.Array], x: jax.Array, indices: jax.Ar
 
 @functools.partial(jax.jit, static_argnums=2)
 def _max_unpool(x: jax.Array, indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
-  y = (_unpool_select(x, indices, plan) if unpool_windowed(_unpool_cfg(plan)) else
+  y = (_unpool_select(x, indices, plan) if unpool_windowed(plan.cfg) else
        _unpool_scatter(x, indices, plan))
   if plan.out != plan.default:
     y = lax.pad(y, np.zeros((), y.dtype), [(0, o - d, 0) for o, d in zip(plan.out, plan.default)])
@@ -962,7 +975,7 @@ def _unpool_select_jvp(plan: _UnpoolPlan, primals: tuple[Any, ...],
   # Where every index lies in its own window, the kept elements are those in range whose
   # position no later element of an overlapping window names (``_unpool_kept``; all in range
   # where the windows do not overlap); the general rule (last writer wins) only otherwise.
-  cfg = _unpool_cfg(plan)
+  cfg = plan.cfg
 
   def local_target(i: jax.Array) -> jax.Array:
     kept = (i >= 0) & (i < size)
@@ -973,19 +986,6 @@ def _unpool_select_jvp(plan: _UnpoolPlan, primals: tuple[Any, ...],
   target = (lax.cond(ok, local_target, lambda i: _unpool_targets(i, plan), indices)
             if unpool_keeps_by_compares(cfg) else _unpool_targets(indices, plan))
   return _unpool_select(x, indices, plan), scatter_add(tangents[0], target, plan.default)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Unpool:
-  """The windows to unpool into: the full output shape, the pooled rank, and the pooling's
-  windows (kernel, stride, leading padding per axis). Shared by ``max_unpool`` and
-  ``jaxops.torch.max_unpool{1,2,3}d``."""
-
-  out: tuple[int, ...]
-  nd: int
-  kernel: tuple[int, ...]
-  stride: tuple[int, ...]
-  pad: tuple[int, ...]
 
 
 @functools.lru_cache(maxsize=256)
@@ -1020,17 +1020,18 @@ def _unpool_hits(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Ar
 
 @functools.lru_cache(maxsize=256)
 def _unpool_taps(cfg: _Unpool, n: tuple[int, ...]
-                 ) -> tuple[np.ndarray, tuple[tuple[int, np.ndarray | None], ...]]:
+                 ) -> tuple[np.ndarray, Mapping[tuple[int, ...], tuple[int, np.ndarray | None]]]:
   """Static tables over the input positions ``(n1, ..., nr)``: the per-plane index of each
   element's window origin (its first tap, before the padding is taken off; negative or past the
-  output where the window starts in the padding), and per kernel tap its index offset from the
-  origin and where that tap lies inside the output (None: everywhere)."""
+  output where the window starts in the padding), and per kernel tap (its position in the
+  window, in row-major order) its index offset from the origin and where that tap lies inside
+  the output (None: everywhere), read-only."""
   size = cfg.out[len(cfg.out) - cfg.nd:]
   mult = [math.prod(size[d + 1:]) for d in range(cfg.nd)]
   origin: np.ndarray = np.zeros((), np.int64)
   for d in range(cfg.nd):
     origin = np.add.outer(origin, (np.arange(n[d]) * cfg.stride[d] - cfg.pad[d]) * mult[d])
-  taps = []
+  taps = {}
   for tap in itertools.product(*[range(k) for k in cfg.kernel]):
     inside: np.ndarray = np.ones((), bool)
     for d in range(cfg.nd):
@@ -1039,9 +1040,9 @@ def _unpool_taps(cfg: _Unpool, n: tuple[int, ...]
     mask = None if inside.all() else inside
     if mask is not None:
       mask.setflags(write=False)
-    taps.append((sum(j * m for j, m in zip(tap, mult)), mask))
+    taps[tap] = (sum(j * m for j, m in zip(tap, mult)), mask)
   origin.setflags(write=False)
-  return origin, tuple(taps)
+  return origin, types.MappingProxyType(taps)
 
 
 def _unpool_rel(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> jax.Array:
@@ -1059,7 +1060,7 @@ def _unpool_in_window(indices: jax.Array, cfg: _Unpool, n: tuple[int, ...]) -> j
   lead = indices.ndim - cfg.nd
   rel = _unpool_rel(indices, cfg, n)
   hits = []
-  for off, mask in _unpool_taps(cfg, n)[1]:  # every kernel has a tap
+  for off, mask in _unpool_taps(cfg, n)[1].values():  # every kernel has a tap
     h = rel == np.asarray(off, rel.dtype)
     if mask is not None:
       h = h & jnp.asarray(mask.reshape((1,) * lead + mask.shape))
@@ -1169,31 +1170,26 @@ def _unpool_tile_blocks(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.A
   lead = x.ndim - nd
   n = x.shape[lead:]
   rel = _unpool_rel(indices, cfg, n)
-  offsets = dict(zip(itertools.product(*[range(k) for k in cfg.kernel]),
-                     (off for off, _ in _unpool_taps(cfg, n)[1])))
+  taps = _unpool_taps(cfg, n)[1]
   zero = np.zeros((), x.dtype)
 
   def stacked(prefix: tuple[int, ...]) -> jax.Array:
     # the blocks of the taps whose positions start with ``prefix``
     d = len(prefix)
     if d == nd:
-      return jnp.where(rel == np.asarray(offsets[prefix], rel.dtype), x, zero)
+      return jnp.where(rel == np.asarray(taps[prefix][0], rel.dtype), x, zero)
     return jnp.stack([stacked(prefix + (j,)) for j in range(cfg.kernel[d])], axis=lead + d + 1)
 
   return stacked(())
 
 
-def _unpool_cfg(plan: _UnpoolPlan) -> _Unpool:
-  return _Unpool(plan.default, plan.nd, tuple(k for k, _, _ in plan.windows),
-                 tuple(s for _, s, _ in plan.windows), tuple(p for _, _, p in plan.windows))
-
-
 def _unpool_plane_local(indices: jax.Array, plan: _UnpoolPlan) -> jax.Array:
   """Flat indices as per-plane ones; another plane's position falls outside [0, plane)."""
-  lead = indices.ndim - plan.nd
+  nd = plan.cfg.nd
+  lead = indices.ndim - nd
   plane = math.prod(plan.default[lead:])
   base = (jnp.arange(math.prod(indices.shape[:lead]), dtype=indices.dtype) * plane).reshape(
-      indices.shape[:lead] + (1,) * plan.nd)
+      indices.shape[:lead] + (1,) * nd)
   return indices - base
 
 
@@ -1202,8 +1198,8 @@ def _unpool_windows(x: jax.Array, indices: jax.Array,
   """(the unpool into the pooling's windows, whether it is exact): each element written
   where its index names a position of its own window, and the check that every index does so
   or lies outside the output (dropped)."""
-  lead = x.ndim - plan.nd
-  cfg = _unpool_cfg(plan)
+  cfg = plan.cfg
+  lead = x.ndim - cfg.nd
   local = _unpool_plane_local(indices, plan)
   size = math.prod(plan.default)
   dropped = (indices < 0) | (indices >= size)
@@ -1240,8 +1236,7 @@ def _unpool_pull(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
   n = x.shape[lead:]
   size = cfg.out[len(cfg.out) - nd:]
   rel = _unpool_rel(indices, cfg, n)
-  offsets = dict(zip(itertools.product(*[range(k) for k in cfg.kernel]),
-                     (off for off, _ in _unpool_taps(cfg, n)[1])))
+  taps = _unpool_taps(cfg, n)[1]
   q = [-(-m // s) for m, s in zip(size, cfg.stride)]
   before = [(k - 1) // s for k, s in zip(cfg.kernel, cfg.stride)]
   after = [max(0, (s - 1 + p) // s + m - v) for s, p, m, v in zip(cfg.stride, cfg.pad, q, n)]
@@ -1257,7 +1252,7 @@ def _unpool_pull(x: jax.Array, indices: jax.Array, cfg: _Unpool) -> jax.Array:
     for js, tap in cands:
       starts = [0] * lead + [b0 + b - j for b0, b, j in zip(before, shift, js)]
       limits = list(x.shape[:lead]) + [st + m for st, m in zip(starts[lead:], q)]
-      hit = lax.slice(rp, starts, limits) == np.asarray(offsets[tap], rel.dtype)
+      hit = lax.slice(rp, starts, limits) == np.asarray(taps[tap][0], rel.dtype)
       y = jnp.where(hit, lax.slice(xp, starts, limits), zero if y is None else y)
     return jnp.zeros(x.shape[:lead] + tuple(q), x.dtype) if y is None else y
 
@@ -1286,13 +1281,12 @@ def _unpool_kept(indices: jax.Array, cfg: _Unpool) -> jax.Array:
   lead = indices.ndim - nd
   n = indices.shape[lead:]
   rel = _unpool_rel(indices, cfg, n)
-  offsets = dict(zip(itertools.product(*[range(k) for k in cfg.kernel]),
-                     _unpool_taps(cfg, n)[1]))
+  taps = _unpool_taps(cfg, n)[1]
   reach = [(k - 1) // s for k, s in zip(cfg.kernel, cfg.stride)]
   rp = lax.pad(rel, np.array(-1, rel.dtype), [(0, 0, 0)] * lead + [(r, r, 0) for r in reach])
   kept = []
   for tap, shifts in _unpool_later(cfg.kernel, cfg.stride):
-    off, mask = offsets[tap]
+    off, mask = taps[tap]
     hit = rel == np.asarray(off, rel.dtype)
     if mask is not None:
       hit = hit & jnp.asarray(mask.reshape((1,) * lead + mask.shape))
@@ -1301,7 +1295,7 @@ def _unpool_kept(indices: jax.Array, cfg: _Unpool) -> jax.Array:
       starts = [0] * lead + [r + d for r, d in zip(reach, delta)]
       shifted = lax.slice(rp, starts, list(indices.shape[:lead]) +
                           [st + m for st, m in zip(starts[lead:], n)])
-      hit = hit & (shifted != np.asarray(offsets[later][0], rel.dtype))
+      hit = hit & (shifted != np.asarray(taps[later][0], rel.dtype))
     kept.append(hit)
   return functools.reduce(operator.or_, kept)
 

@@ -257,7 +257,7 @@ def test_max_unpool_overlapping_windows(kernel, strides, pads, n, pulled):
   moved = own.copy()
   moved.flat[0] = own.flat[-1]  # another plane's position: only the scatter has it
   plan = _max_pool_module._unpool_plan(x.shape, x.shape, kernel, strides, pads, None)
-  assert _max_pool_module.unpool_windowed(_max_pool_module._unpool_cfg(plan)) == pulled
+  assert _max_pool_module.unpool_windowed(plan.cfg) == pulled
   f = jax.jit(lambda v, i: jaxops.max_unpool(v, i, kernel, strides=strides, pads=pads))
   repeats = 0
   for ind, windowed in ((own, True), (dropped, True), (moved, False)):
