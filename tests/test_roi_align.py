@@ -158,7 +158,14 @@ def _oracles(x, rois, reference=True, **attrs):
   feeds = {"x": x, "r": rois, "b": np.zeros(len(rois), np.int64)}
   return (ort.InferenceSession(model.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, feeds)[0],
-          ReferenceEvaluator(model).run(None, feeds)[0] if reference else None)
+          _reference_run(model, feeds) if reference else None)
+
+
+def _reference_run(model, feeds):
+  """onnx.reference's RoiAlign in Python floats: a weight of 0 on an infinite pixel gives NaN
+  as the spec's sum does, and NumPy warns of it (an error under the suite's filters)."""
+  with np.errstate(invalid="ignore", over="ignore"):
+    return ReferenceEvaluator(model).run(None, feeds)[0]
 
 
 def test_non_finite_pixels_reach_only_the_bins_that_read_them():
