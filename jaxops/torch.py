@@ -145,8 +145,11 @@ def _nearest_table(dt: type, n_in: int, n_out: int, scale: float | None, exact: 
   the scale as a float32 and multiplies in float32 (nearest-exact: in double, then rounded to
   float32); nearest there also copies an axis whose output length equals its input's and
   halves the index where it is twice, whatever the scale factor. Its generic kernel (1-D, 3-D,
-  and 2-D outputs larger than that) multiplies in the input's precision (``dt``) and rounds the
-  product to float32 before the floor, with no copies.
+  and 2-D outputs larger than that) computes in the input's precision (``dt``), with no copies:
+  nearest rounds ``o * s`` to float32 before the floor; nearest-exact takes the source
+  coordinate ``max(s * (o + 0.5) - 0.5, 0)`` as one fused multiply-add, as linear does, then
+  the floor of that plus 0.5 rounded to float32 (2 -> 47 samples output 23 from input 1, where
+  ``floor(23.5 * s)`` in float32 gives 0).
   """
   i = np.arange(n_out, dtype=np.int64)
   if two_d and not exact and n_out == n_in:
@@ -157,8 +160,11 @@ def _nearest_table(dt: type, n_in: int, n_out: int, scale: float | None, exact: 
   if two_d:
     s32 = np.float32(s)
     src = _floorf((i + 0.5) * np.float64(s32)) if exact else _floorf(i.astype(np.float32) * s32)
+  elif exact:  # area_pixel_compute_source_index (one fused multiply-add), then + 0.5 in double
+    real = np.maximum(_fma(dt, s, i.astype(dt) + dt(0.5), dt(-0.5)), dt(0))
+    src = _floorf(np.asarray(real, np.float64) + 0.5)
   else:
-    src = _floorf(((i + 0.5) if exact else i).astype(dt) * s)
+    src = _floorf(i.astype(dt) * s)
   return np.minimum(src, n_in - 1)
 
 
