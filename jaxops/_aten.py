@@ -26,6 +26,17 @@ def _area_scale(dt: type, n_in: int, n_out: int, align: bool, scale: float | Non
   return _scales_value(dt, scale, n_in, n_out)
 
 
+def _source_index(dt: type, scale: Any, n_out: int, align: bool, cubic: bool) -> Any:
+  """ATen's area_pixel_compute_source_index for outputs ``0 .. n_out - 1``, in ``dt``:
+  ``scale * o`` with align_corners, else ``scale * (o + 0.5) - 0.5`` as one fused multiply-add
+  (``_fma``), clamped at 0 except for cubic."""
+  o: np.ndarray = np.arange(n_out, dtype=np.int64).astype(dt)
+  if align:
+    return scale * o
+  real = _fma(dt, scale, o + dt(0.5), dt(-0.5))
+  return real if cubic else np.maximum(real, dt(0))
+
+
 def _floorf(v: Any) -> np.ndarray:
   """C's floorf on a double or float argument: round to float32 first, then floor."""
   return np.floor(np.asarray(v).astype(np.float32)).astype(np.int64)

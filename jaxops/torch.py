@@ -81,8 +81,8 @@ from jaxops import _max_pool as _max_pool_module
 from jaxops import _pool as _pool_module
 from jaxops import _resize_kernel
 from jaxops import _torch_uint8
-from jaxops._aten import (_INTERP_SIZE, _area_scale, _cubic_far, _cubic_near, _floorf, _fma,
-                          _scales_value)
+from jaxops._aten import (_INTERP_SIZE, _area_scale, _cubic_far, _cubic_near, _floorf,
+                          _scales_value, _source_index)
 from jaxops._window import WindowAxis
 
 __all__ = [
@@ -160,8 +160,8 @@ def _nearest_table(dt: type, n_in: int, n_out: int, scale: float | None, exact: 
   if two_d:
     s32 = np.float32(s)
     src = _floorf((i + 0.5) * np.float64(s32)) if exact else _floorf(i.astype(np.float32) * s32)
-  elif exact:  # area_pixel_compute_source_index (one fused multiply-add), then + 0.5 in double
-    real = np.maximum(_fma(dt, s, i.astype(dt) + dt(0.5), dt(-0.5)), dt(0))
+  elif exact:  # ATen's source coordinate, then + 0.5 in double
+    real = _source_index(dt, s, n_out, align=False, cubic=False)
     src = _floorf(np.asarray(real, np.float64) + 0.5)
   else:
     src = _floorf(i.astype(dt) * s)
@@ -174,11 +174,8 @@ def _linear_table(dt: type, n_in: int, n_out: int, align: bool,
   i = np.arange(n_out, dtype=np.int64)
   if n_out == n_in:
     return np.stack([i, i], 1), np.stack([np.ones(n_out), np.zeros(n_out)], 1).astype(dt)
-  ratio = _area_scale(dt, n_in, n_out, align, scale)
-  if align:
-    real = ratio * i.astype(dt)
-  else:
-    real = np.maximum(_fma(dt, ratio, i.astype(dt) + dt(0.5), dt(-0.5)), dt(0))
+  real = _source_index(dt, _area_scale(dt, n_in, n_out, align, scale), n_out, align,
+                       cubic=False)
   i0 = np.minimum(_floorf(real), n_in - 1)
   lam1 = np.clip(real - i0.astype(dt), dt(0), dt(1)).astype(dt)
   i1 = i0 + (i0 < n_in - 1)
@@ -188,12 +185,8 @@ def _linear_table(dt: type, n_in: int, n_out: int, align: bool,
 def _cubic_table(dt: type, n_in: int, n_out: int, align: bool,
                  scale: float | None) -> tuple[np.ndarray, np.ndarray]:
   """ATen's bicubic: Keys' kernel with A = -0.75 on the four taps around the source index."""
-  i = np.arange(n_out, dtype=np.int64)
-  ratio = _area_scale(dt, n_in, n_out, align, scale)
-  if align:
-    real = ratio * i.astype(dt)
-  else:
-    real = _fma(dt, ratio, i.astype(dt) + dt(0.5), dt(-0.5))
+  real = _source_index(dt, _area_scale(dt, n_in, n_out, align, scale), n_out, align,
+                       cubic=True)
   i0 = np.minimum(_floorf(real), n_in - 1)
   t = np.clip(real - i0.astype(dt), dt(0), dt(1)).astype(dt)
   w = np.stack([_cubic_far(dt, t + dt(1), -0.75), _cubic_near(dt, t, -0.75),
