@@ -48,6 +48,7 @@ from jax.interpreters import mlir
 from jax.typing import ArrayLike
 
 from jaxops import _checks
+from jaxops import _exact
 from jaxops import _fused_sum
 from jaxops import _interp
 from jaxops._interp import Mode
@@ -77,6 +78,9 @@ class _Config:
   mode: Mode
   padding: PaddingMode
   align_corners: bool
+  # nearest without align_corners: round ``(g + 1) * L - 1`` once (True: ATen's vectorized 2-D
+  # kernel, jaxops.torch) rather than the product and then the difference (see _denormalize)
+  fused: bool = False
 
 
 def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
@@ -138,9 +142,16 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
     >>> jaxops.grid_sample(x, grid, mode="nearest", padding_mode="border").shape
     (1, 1, 1, 3)
   """
+  return sample(x, grid, mode, padding_mode, align_corners, fused=False)
+
+
+def sample(x: ArrayLike, grid: ArrayLike, mode: str, padding_mode: str, align_corners: bool, *,
+           fused: bool) -> jax.Array:
+  """``grid_sample``, whose nearest mode rounds ``(g + 1) * L - 1`` once where ``fused``
+  (jaxops.torch on 4-D inputs; see ``_denormalize``)."""
   cfg = _Config(Mode.from_string(_OP, "mode", mode),
                 PaddingMode.from_string(_OP, "padding_mode", padding_mode),
-                _checks.static_bool(_OP, "align_corners", align_corners))
+                _checks.static_bool(_OP, "align_corners", align_corners), fused)
   x = _checks.as_array(x, _OP, "x")
   grid = _checks.as_array(grid, _OP, "grid")
   _checks.concrete_shape(_OP, "x", x)
@@ -169,19 +180,32 @@ def grid_sample(x: ArrayLike, grid: ArrayLike, *, mode: str = "linear",
   return _grid_sample_jit(x, grid, cfg)
 
 
-def _denormalize(g: Any, length: int, align_corners: bool) -> Any:
-  if align_corners:
+def _denormalize(g: Any, length: int, cfg: _Config) -> Any:
+  """The pixel coordinate of ``g``: ``(g + 1) / 2 * (L - 1)`` with align_corners, else
+  ``((g + 1) * L - 1) / 2``. Nearest sampling rounds the latter as C does, whatever XLA's
+  compiler does (see ``jaxops._exact``): the product and then the difference, as
+  onnx.reference, onnxruntime and ATen's scalar (3-D) kernel compute it, or with ``cfg.fused``
+  the two at once, as ATen's vectorized 2-D kernel does (float32 axes longer than
+  ``_exact.exact_limit`` are left to XLA, which fuses them at its default optimization level;
+  so are axes past 65535 pixels in float32 without ``fused``). Where the coordinate lies within
+  an ulp of a half-pixel the two read different pixels: on three pixels, float64
+  ``g = -1/3`` is 0.5 (pixel 0) or 0.5000000000000001 (pixel 1)."""
+  if cfg.align_corners:
     return (g + 1) / 2 * (length - 1)
+  if cfg.mode is Mode.NEAREST and cfg.fused and length <= _exact.exact_limit(g.dtype):
+    return _exact.fused(g + 1, length, -1.0) / 2
+  if cfg.mode is Mode.NEAREST and not cfg.fused and length <= _exact.exact_limit(g.dtype, 3):
+    return _exact.separate(g + 1, length, -1.0) / 2
   return ((g + 1) * length - 1) / 2
 
 
-def _to_reflect(g: Any, u: Any, length: int, align_corners: bool) -> Any:
+def _to_reflect(g: Any, u: Any, length: int, cfg: _Config) -> Any:
   """The pixel coordinate ``u`` of ``g`` made ready for ``_reflect``: NaN where ``g`` is not
   finite, and where ``g`` is finite but so far outside that ``u`` overflowed (1e38 on five
   pixels), the coordinate of ``fmod(g, 4)``: the reflection's period is 4 in normalised units
   (two spans) and fmod is exact, so that point reads what the exact ``g`` reflects to."""
   far = jnp.isfinite(g) & ~jnp.isfinite(u)
-  u = jnp.where(far, _denormalize(jnp.fmod(g, 4), length, align_corners), u)
+  u = jnp.where(far, _denormalize(jnp.fmod(g, 4), length, cfg), u)
   return jnp.where(jnp.isfinite(u), u, jnp.nan)
 
 
@@ -209,10 +233,10 @@ def _axis_coordinate(g: Any, length: int, cfg: _Config) -> Any:
   """The pixel coordinate of ``g`` on one axis, padded as the mode reads it: clipped (zeros
   padding, cubic) or clipped/reflected into the input (nearest and linear with border or
   reflection padding); NaN where the sample is NaN."""
-  u = _denormalize(g, length, cfg.align_corners)
+  u = _denormalize(g, length, cfg)
   pad = cfg.padding
   if pad is PaddingMode.REFLECTION:
-    u = _to_reflect(g, u, length, cfg.align_corners)
+    u = _to_reflect(g, u, length, cfg)
   elif pad is PaddingMode.ZEROS or cfg.mode is Mode.CUBIC:
     u = jnp.clip(u, -_FAR, length - 1 + _FAR)
   if cfg.mode is not Mode.CUBIC:
@@ -268,12 +292,12 @@ def _block_axis(g: Any, length: int, cfg: _Config, p: int) -> tuple[Any, Any, An
   gradient). A block whose start falls outside the padded input has every tap outside the
   input; those weights are zero (zeros padding), so clipping the start changes nothing.
   """
-  u = _denormalize(g, length, cfg.align_corners)
+  u = _denormalize(g, length, cfg)
   pad = cfg.padding
   if cfg.mode is Mode.LINEAR and pad is PaddingMode.BORDER:
     u = _clip_to_axis(u, length)
   elif cfg.mode is Mode.LINEAR and pad is PaddingMode.REFLECTION:
-    u = _to_reflect(g, u, length, cfg.align_corners)
+    u = _to_reflect(g, u, length, cfg)
     u = _clip_to_axis(_reflect(u, length, cfg.align_corners), length)
   elif pad is PaddingMode.BORDER:
     u = jnp.clip(u, -2.0, length + 1.0)

@@ -77,6 +77,7 @@ from jax.typing import ArrayLike
 import jaxops
 from jaxops import _checks
 from jaxops import _fused_sum
+from jaxops import _grid_sample as _grid_sample_module
 from jaxops import _max_pool as _max_pool_module
 from jaxops import _pool as _pool_module
 from jaxops import _resize_kernel
@@ -1444,8 +1445,10 @@ _GRID_SAMPLE = _checks.ConfigCache(_grid_sample_config)
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _GridSample) -> jax.Array:
-  return jaxops.grid_sample(x, grid, mode=cfg.mode, padding_mode=cfg.padding_mode,
-                            align_corners=cfg.align_corners)
+  # nearest: ATen's 2-D kernel is vectorized and rounds (g + 1) * L - 1 once (a fused
+  # multiply-add), its 3-D kernel is scalar and rounds the product, then the difference
+  return _grid_sample_module.sample(x, grid, cfg.mode, cfg.padding_mode, cfg.align_corners,
+                                    fused=x.ndim == 4)
 
 
 def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear",

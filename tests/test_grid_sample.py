@@ -202,6 +202,50 @@ def test_finite_grid_whose_pixel_coordinate_overflows_reflects(mode, align_corne
                                xt.grad.numpy(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nearest_half_pixel_ties_round_as_onnxruntime(dtype):
+  """Nearest sampling (align_corners=0) at every half-pixel of an axis and two ulps either
+  side: the pixel coordinate ((g + 1) * L - 1) / 2 is rounded as onnxruntime (and
+  onnx.reference, and torch's scalar 3-D kernel) computes it, the product and then the
+  difference, whether or not XLA contracts its own arithmetic into a fused multiply-add (its
+  default backend optimization level does, level 0 does not; both are compiled here). Before,
+  float64 g = -1/3 on three pixels read pixel 1 at the default level where onnxruntime reads
+  pixel 0. Zeros and border padding (reflection's ties: test_deviation_nearest_reflection_ties)."""
+  import onnxruntime as ort
+
+  elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+  rng = np.random.default_rng(5404)
+  for spatial in ((3, 33), (6, 7, 31)):
+    r = len(spatial)
+    x = np.arange(np.prod(spatial), dtype=dtype).reshape((1, 1) + spatial)
+    cols = []
+    for length in reversed(spatial):
+      g = ((np.arange(-2, 2 * length + 3) + 1) / length - 1).astype(dtype)
+      near = [g] + [np.nextafter(g, dtype(d)) for d in (np.inf, -np.inf)]
+      near += [np.nextafter(v, dtype(d)) for v, d in zip(near[1:], (np.inf, -np.inf))]
+      cols.append(np.concatenate(near))
+    size = max(c.size for c in cols)
+    grid = np.stack([rng.permutation(np.resize(c, size)) for c in cols], -1)
+    grid = grid.reshape((1,) * r + (size, r))
+    for pad in ("zeros", "border"):
+      node = helper.make_node("GridSample", ["x", "g"], ["y"], mode="nearest",
+                              padding_mode=pad, align_corners=0)
+      model = helper.make_model(helper.make_graph(
+          [node], "g", [helper.make_tensor_value_info("x", elem, None),
+                        helper.make_tensor_value_info("g", elem, None)],
+          [helper.make_tensor_value_info("y", elem, None)]),
+          opset_imports=[helper.make_opsetid("", 20)])
+      model.ir_version = 10
+      want = ort.InferenceSession(model.SerializeToString(), providers=[
+          "CPUExecutionProvider"]).run(None, {"x": x, "g": grid})[0]
+      f = jax.jit(lambda a, g, pad=pad: jaxops.grid_sample(a, g, mode="nearest",
+                                                           padding_mode=pad))
+      for level in (0, 3):
+        got = f.lower(x, grid).compile(
+            compiler_options={"xla_backend_optimization_level": level})(x, grid)
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{spatial} {pad} {level}")
+
+
 def test_deviation_nearest_reflection_ties():
   """Nearest with reflection and align_corners=0 at a halfway point: jaxops (as torch) reflects
   the grid location, then rounds the reflected sampling point half to even; onnxruntime and

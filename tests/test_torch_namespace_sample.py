@@ -575,6 +575,58 @@ def test_roi_align_empty_boxes_and_output():
                              **TOL64)
 
 
+def _half_pixel_grid(spatial: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:
+  """(1, 1, ..., P, r) grid whose coordinates, axis by axis, are the normalised positions of
+  every half-pixel of that axis (align_corners=False, from 1.5 pixels outside to 1.5 beyond)
+  and their neighbours up to two ulps either side, each column shuffled."""
+  cols = []
+  for length in reversed(spatial):  # grid[..., 0] is the innermost axis
+    g = ((np.arange(-2, 2 * length + 3) + 1) / length - 1).astype(dtype)
+    near = [g]
+    for direction in (np.inf, -np.inf):
+      v = g
+      for _ in range(2):
+        v = np.nextafter(v, dtype(direction))
+        near.append(v)
+    cols.append(np.concatenate(near))
+  size = max(c.size for c in cols)
+  cols = [rng.permutation(np.resize(c, size)) for c in cols]
+  return np.stack(cols, -1).reshape((1,) * len(spatial) + (size, len(spatial)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nearest_half_pixel_ties_round_as_each_torch_kernel(dtype):
+  """torch's 2-D kernel is vectorised and rounds the pixel coordinate (g + 1) * L - 1 once (a
+  fused multiply-add); its 3-D kernel is scalar and rounds the product, then the difference.
+  Within an ulp of a half-pixel, nearest sampling then reads different pixels: float64
+  g = -1/3 on three pixels reads pixel 1 through the 2-D kernel and pixel 0 through the 3-D one.
+  jaxops.torch follows each, whether or not XLA contracts its own arithmetic (its default
+  backend optimization level does, level 0 does not; both are compiled here). Before,
+  jaxops.torch read pixel 1 on both ranks at the default level and pixel 0 on both at level 0."""
+  rng = np.random.default_rng(5403)
+  for spatial in ((21, 31), (3, 7, 33)):
+    x = np.arange(np.prod(spatial), dtype=dtype).reshape((1, 1) + spatial)
+    grid = _half_pixel_grid(spatial, dtype, rng)
+    for pad in ("zeros", "border", "reflection"):
+      want = TF.grid_sample(torch.from_numpy(x), torch.from_numpy(grid), mode="nearest",
+                            padding_mode=pad, align_corners=False).numpy()
+      f = jax.jit(lambda a, g, pad=pad: F.grid_sample(a, g, "nearest", pad, False))
+      for level in (0, 3):
+        got = f.lower(x, grid).compile(
+            compiler_options={"xla_backend_optimization_level": level})(x, grid)
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{spatial} {pad} {level}")
+  # the cases found (torch 2-D / 3-D): pixels 1 / 0, 6 / 5, and 30 / 29 in float32
+  for g, length, pad, want2, want3 in ((-1 / 3, 3, "zeros", 1, 0),
+                                       (1.285714285714286, 7, "reflection", 6, 5),
+                                       (1.064516305923462, 31, "reflection", 30, 29)):
+    if dtype == np.float32 and length != 31 or dtype == np.float64 and length == 31:
+      continue
+    x3 = np.arange(length, dtype=dtype).reshape(1, 1, 1, 1, length)
+    g3 = np.array([g, 0, 0], dtype).reshape(1, 1, 1, 1, 3)
+    assert F.grid_sample(x3[0], g3[0, ..., :2], "nearest", pad, False).item() == want2
+    assert F.grid_sample(x3, g3, "nearest", pad, False).item() == want3
+
+
 def test_non_finite_grid_deviation_is_pinned():
   """torch's 4-D (vectorised) and 5-D kernels disagree on non-finite grid values: a NaN x with
   border padding reads pixel 1 in one and pixel 2 in the other of [[1, 2], [3, 4]]; so does
