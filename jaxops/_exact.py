@@ -103,6 +103,15 @@ def _finite_or(value: jax.Array, fallback: jax.Array) -> jax.Array:
   return jnp.where(jnp.isfinite(fallback), value, fallback)
 
 
+def rounded(p: jax.Array) -> jax.Array:
+  """``p``, a product, as a value an addition cannot contract with it: a select that keeps
+  every value (NaN stays NaN) but that LLVM does not see through, so ``rounded(a * b) + c``
+  rounds the product and then the sum as C compiled without FMA does. For factors that are not
+  small integers (``separate`` needs ``n`` exact in pieces); tests compile it at XLA's levels
+  0 and 3."""
+  return jnp.where(jnp.isnan(p), jnp.asarray(jnp.nan, p.dtype), p)
+
+
 def separate(a: jax.Array, n: int, c: float) -> jax.Array:
   """``round(round(a * n) + c)``: the product rounded, then the sum, for a positive integer
   ``n`` up to ``exact_limit(a.dtype, 3)`` (ValueError otherwise); ``a`` float32 or float64."""

@@ -46,6 +46,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxops import _checks
+from jaxops import _exact
 from jaxops import _interp
 
 _OP = "jaxops.roi_align"
@@ -206,8 +207,12 @@ def _samples_per_axis(cfg: _Config, length: int) -> int:
 def _count(cfg: _Config, lo: Any, hi: Any, pooled: int, cdt: Any) -> tuple[Any, Any, Any]:
   """Per roi and axis: the scaled start, the bin size and the sample count g."""
   offset = 0.5 if cfg.half_pixel else 0.0
-  start = lo.astype(cdt) * cfg.spatial_scale - offset
-  end = hi.astype(cdt) * cfg.spatial_scale - offset
+  # each product rounded before the difference, as onnxruntime and torchvision compute it: XLA
+  # would otherwise contract it into a fused multiply-add (at its default optimization level),
+  # and an extent of exactly 3 (boxes 6 to 36 at spatial_scale 0.1 in float32) becomes
+  # 3.0000002, four samples per bin where they take three
+  start = _exact.rounded(lo.astype(cdt) * cfg.spatial_scale) - offset
+  end = _exact.rounded(hi.astype(cdt) * cfg.spatial_scale) - offset
   size = end - start
   if not cfg.half_pixel:
     size = jnp.maximum(size, 1.0)
@@ -230,7 +235,7 @@ def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any,
   start, bin_size, g = _count(cfg, lo, hi, pooled, cdt)
   k = _samples_per_axis(cfg, length) if k is None else k
   p = jnp.arange(pooled, dtype=cdt)
-  bin_start = start[:, None] + p[None, :] * bin_size[:, None]            # (R, P)
+  bin_start = start[:, None] + _exact.rounded(p[None, :] * bin_size[:, None])   # (R, P)
   safe_g = jnp.maximum(g, 1.0)[:, None]
   step = _interp.divide(bin_size[:, None], safe_g)
   kk = jnp.arange(k, dtype=cdt)

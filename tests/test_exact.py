@@ -123,3 +123,20 @@ def test_float32_roundings_agree_past_the_exact_limits():
     twice = (a * np.float32(n)).astype(np.float32) - np.float32(1)
     once = (a.astype(np.float64) * int(n) - 1).astype(np.float32)
     np.testing.assert_array_equal(np.rint(twice / 2), np.rint(once / 2), err_msg=f"n={n}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rounded_product_is_rounded_before_the_sum(dtype):
+  """``rounded(a * b) + c`` is NumPy's unfused ``a * b + c`` at both levels; the unprotected
+  expression is not at level 3 for these values (which is why ``rounded`` exists)."""
+  rng = np.random.default_rng(5407)
+  a = np.concatenate([(np.arange(1, 400) * 0.5), rng.uniform(-50, 50, 400)]).astype(dtype)
+  b, c = dtype(np.float32(0.1)), dtype(-0.5)
+  want = a * b + c
+  for level in LEVELS:
+    got = _compiled(lambda v: _exact.rounded(v * b) + c, a, level)(a)
+    np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"level={level}")
+  fused = np.asarray(_compiled(lambda v: v * b + c, a, 3)(a))
+  assert (fused != want).any()
+  nan = np.array([np.nan, np.inf, -np.inf], dtype)
+  np.testing.assert_array_equal(np.asarray(_exact.rounded(nan * b)), nan * b)

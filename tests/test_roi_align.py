@@ -250,6 +250,36 @@ def test_divisions_are_rounded_once_as_the_reference_divides(case):
   np.testing.assert_allclose(got, want_ref, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_are_rounded_before_the_differences_at_every_xla_level(dtype):
+  """onnxruntime (and torchvision) round ``y * spatial_scale`` before subtracting the offset,
+  and ``ph * bin_size`` before adding the start. XLA's CPU compiler contracts such pairs into one
+  fused multiply-add at its default optimization level (not at level 0, as the suite's conftest
+  sets), and a box from y = 6 to 36 at spatial_scale 0.1 in float32 then spans 3.0000002 rather
+  than 3: four samples per bin where onnxruntime takes three. Each program here is compiled at
+  levels 0 and 3; boxes on a half-pixel lattice with non-dyadic scales (before: 127 of 48,000
+  such boxes differed at level 3, found by a probe of this shape)."""
+  rng = np.random.default_rng(5406)
+  x = rng.standard_normal((1, 2, 24, 24)).astype(dtype)
+  tol = 1e-5 if dtype == np.float32 else 1e-10
+  for scale, ctm, pooled in ((0.1, "half_pixel", 1), (0.3, "output_half_pixel", 1),
+                             (1 / 7, "output_half_pixel", 2)):
+    scale = float(np.float32(scale))  # an ONNX attribute is a float32
+    b = rng.choice(np.arange(80) * 0.5, (400, 4))
+    rois = np.concatenate([np.minimum(b[:, :2], b[:, 2:]), np.maximum(b[:, :2], b[:, 2:])], 1)
+    rois = np.concatenate([rois, [[9.5, 6.0, 32.5, 36.0]]]).astype(dtype)
+    attrs = dict(output_height=pooled, output_width=pooled, sampling_ratio=0,
+                 spatial_scale=scale, coordinate_transformation_mode=ctm)
+    want = _oracles(x, rois, reference=False, **attrs)[0]
+    f = jax.jit(lambda a, r, attrs=attrs: jaxops.roi_align(a, r, np.zeros(len(r), np.int64),
+                                                           **attrs))
+    for level in (0, 3):
+      got = f.lower(x, rois).compile(
+          compiler_options={"xla_backend_optimization_level": level})(x, rois)
+      np.testing.assert_allclose(np.asarray(got), want, rtol=tol, atol=tol,
+                                 err_msg=f"scale={scale} {ctm} level={level}")
+
+
 def test_errors():
   r, b = np.zeros((1, 4)), np.zeros((1,), np.int64)
   with pytest.raises(ValueError, match=r"jaxops.roi_align: argument `mode`.*'avg'"):
