@@ -1,21 +1,26 @@
-"""``a * n + c`` with the rounding a C kernel gives it, whatever XLA's compiler does.
+"""Products and sums rounded as a C kernel rounds them, whatever XLA's compiler does.
 
 XLA's CPU backend always allows LLVM to contract a multiplication and an addition into one fused
-multiply-add (one rounding), and does so where the product has a single use; at
-``--xla_backend_optimization_level=0`` it does not. A pixel coordinate ``(g + 1) * L - 1`` is
-therefore rounded once or twice depending on the flags and on what else reads the product, and
-where that coordinate lies within an ulp of a half-pixel, nearest sampling reads a different
-pixel. These functions fix the rounding: ``separate`` rounds the product and then the sum (as C
-compiled without FMA computes it: onnx.reference, onnxruntime, ATen's scalar kernels), ``fused``
-rounds ``a * n + c`` once (as ATen's vectorized kernels compute it).
+multiply-add (one rounding), and at its default optimization level LLVM does so (where the
+product has a single use); at ``--xla_backend_optimization_level=0`` it does not. A pixel
+coordinate ``(g + 1) * L - 1`` is therefore rounded once or twice depending on the flags and on
+what else reads the product, and where it lies within an ulp of a half-pixel, nearest sampling
+reads a different pixel; a box extent ``y2 * s - y1 * s`` that should be 3 becomes 3.0000002
+and adaptive sampling takes one more sample per bin. These functions fix the rounding:
 
-Both build on an exact split of the product: ``a`` is cut into two pieces by masking bits of its
-significand (no arithmetic a compiler could contract), each short enough that its product with
-the integer ``n`` is exact, so any contraction of those products changes nothing. The rounded
-sums then use only additions (TwoSum, and rounding to odd; Boldo and Melquiond, "Emulation of
-FMA and correctly rounded sums: proved algorithms using rounding to odd", IEEE Trans.
-Computers 57(4), 2008).
-"""
+- ``separate(a, n, c)`` rounds the product ``a * n`` and then the sum (as C compiled without
+  FMA computes it: onnx.reference, onnxruntime, ATen's scalar kernels), ``fused(a, n, c)``
+  rounds ``a * n + c`` once (as ATen's vectorized kernels compute it); ``n`` a positive integer.
+  Both cut ``a`` into pieces by masking bits of its significand (no arithmetic a compiler could
+  contract), each short enough that its product with ``n`` is exact, so any contraction of
+  those products changes nothing; the sums use only additions (TwoSum, and rounding to odd:
+  Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using
+  rounding to odd", IEEE Trans. Computers 57(4), 2008).
+- ``rounded(p)`` keeps any product ``p`` a rounded value that an addition cannot contract with
+  (a select that LLVM does not see through; an optimization barrier does not do it, as XLA
+  removes barriers before fusing).
+
+Tests compile each at XLA's levels 0 and 3 (tests/test_exact.py)."""
 
 from __future__ import annotations
 
@@ -69,8 +74,9 @@ def _split_product(a: jax.Array, n: int, k: int) -> list[jax.Array]:
   return out
 
 
-def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(s, e): ``s = a + b`` rounded and ``e`` its exact error (Knuth; additions only)."""
+def two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(s, e): ``s = a + b`` rounded and ``e`` its exact error (Knuth; additions only). Neither
+  operand may be a constant XLA can see: it folds ``(x + c) - c`` into ``x`` (see ``fused``)."""
   s = a + b
   bb = s - a
   return s, (a - (s - bb)) + (b - bb)
@@ -79,12 +85,12 @@ def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _sum_to_odd(a: jax.Array, b: jax.Array) -> jax.Array:
   """``a + b`` rounded to odd: the exact sum where it is representable, else whichever of its
   two neighbours has an odd last significand bit."""
-  s, e = _two_sum(a, b)
+  s, e = two_sum(a, b)
   utype = _LAYOUT[np.dtype(s.dtype)][0]
   bits = jax.lax.bitcast_convert_type(s, utype)
   even = (bits & np.array(1, utype)) == 0
-  # s is e's side of the exact sum away from zero (magnitude up) or towards it (down); in
-  # sign-magnitude bits, one step up is + 1 for either sign
+  # the odd neighbour is the one on e's side of s: a step away from zero where e has s's sign
+  # (in sign-magnitude bits, + 1 for either sign), else a step towards it (- 1)
   up = (e > 0) == (s > 0)
   step = jnp.where(up, np.array(1, utype), np.array(np.iinfo(utype).max, utype))  # +1 or -1
   return jax.lax.bitcast_convert_type(jnp.where((e != 0) & even, bits + step, bits), s.dtype)
@@ -92,8 +98,8 @@ def _sum_to_odd(a: jax.Array, b: jax.Array) -> jax.Array:
 
 def _sum3(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
   """``a + b + c`` rounded once to nearest (Boldo and Melquiond's algorithm)."""
-  uh, ul = _two_sum(b, c)
-  th, tl = _two_sum(a, uh)
+  uh, ul = two_sum(b, c)
+  th, tl = two_sum(a, uh)
   return th + _sum_to_odd(tl, ul)
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxops import _checks
+from jaxops import _exact
 from jaxops import _interp
 from jaxops import _resize_kernel
 from jaxops._interp import Mode
@@ -709,18 +710,11 @@ def _compensated(g: np.ndarray, n1: int, start: Any, end: Any) -> Any:
   hi = g.astype(np.float32)
   g_lo = jnp.asarray((g - hi.astype(np.float64)).astype(np.float32))
   g_hi = jnp.asarray(hi)
-  d, d_err = _two_sum(end, -start)
+  d, d_err = _exact.two_sum(end, -start)
   prod, prod_err = _two_product(g_hi, d)
   b, b_err = _two_product(start, jnp.float32(n1))
-  total, total_err = _two_sum(b, prod)
+  total, total_err = _exact.two_sum(b, prod)
   return total + (total_err + b_err + prod_err + g_hi * d_err + g_lo * d)
-
-
-def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
-  """(a + b rounded, its rounding error): Knuth's TwoSum, exact in float32."""
-  total = a + b
-  b_virtual = total - a
-  return total, (a - (total - b_virtual)) + (b - b_virtual)
 
 
 def _two_product(a: Any, b: Any) -> tuple[Any, Any]:
