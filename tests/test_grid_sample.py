@@ -399,6 +399,34 @@ def test_deviation_cubic_border_pads_the_image_before_the_neighbourhood():
   np.testing.assert_allclose(ref.ravel(), [0.0], atol=1e-7)
 
 
+def test_deviation_reference_keeps_float64_coordinates_in_float32():
+  """onnx.reference 1.23 stores each pixel coordinate in a float32 array
+  (``_gs_denormalize_coordinates``), also for float64 inputs. float64 g = -0.8181818181818181
+  (just above -9/11) on 33 pixels is u = 2.500000000000001, pixel 3, in jaxops and onnxruntime
+  (and exactly); the reference's float32 u is 2.5, pixel 2. Linear sampling at g = 0.123456789
+  reads 18.0370370185 in jaxops and onnxruntime, 18.037036895751953 in the reference."""
+  import onnxruntime as ort
+
+  x = np.arange(33.0).reshape(1, 1, 1, 33)
+  g = np.array([[[[-0.8181818181818181, 0.0], [0.123456789, 0.0]]]])
+  for mode, want, ref_want in (("nearest", [3.0, 18.0], [2.0, 18.0]),
+                               ("linear", [2.500000000000001, 18.0370370185],
+                                [2.5, 18.037036895751953])):
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, align_corners=0)
+    model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", 11, None),
+                      helper.make_tensor_value_info("g", 11, None)],
+        [helper.make_tensor_value_info("y", 11, None)]),
+        opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 10
+    got = np.asarray(jaxops.grid_sample(x, g, mode=mode)).ravel()
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    np.testing.assert_allclose(ort.InferenceSession(model.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, {"x": x, "g": g})[0].ravel(), want, rtol=1e-15)
+    np.testing.assert_array_equal(
+        ReferenceEvaluator(node).run(None, {"x": x, "g": g})[0].ravel(), ref_want)
+
+
 def test_deviation_reflection_axes_follow_align_corners():
   # align_corners=1 reflects about pixel centres 0 and L - 1: index -1 reads index 1 (the
   # spec's sentence); align_corners=0 about the pixel edges -0.5 and L - 0.5: -1 reads 0. In
