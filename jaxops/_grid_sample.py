@@ -30,6 +30,7 @@ again and takes its dot product with the cotangent over the channels in the same
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import functools
 import itertools
 import math
@@ -1272,8 +1273,36 @@ def affine_grid(theta: ArrayLike, size: Any, *, align_corners: bool = False) -> 
   return _affine_grid_jit(theta, size_t[2:], ac)
 
 
-def _base_axes(spatial: tuple[int, ...], align_corners: bool) -> list[np.ndarray]:
-  """The base positions along each spatial axis, computed in float64."""
+def _torch_linspace(length: int, align_corners: bool, dtype: Any) -> np.ndarray:
+  """torch's base positions of an axis in ``dtype`` (float32 or float64), as float64 values:
+  ``linspace(-1, 1, L)``, whose entry ``i`` ATen computes as ``-1 + step * i`` (``1 -
+  step * (L - 1 - i)`` from the middle on) rounded once (a fused multiply-add), with ``step =
+  2 / (L - 1)`` rounded; without align_corners then times ``L - 1`` and divided by ``L``, each
+  rounded (affine_grid's linspace_from_neg_one). 0 when ``L = 1``."""
+  if length <= 1:
+    return np.zeros(length)
+  dt = np.dtype(dtype).type
+  step = dt(2) / dt(length - 1)
+  i = np.arange(length)
+  near_end = i >= length // 2
+  k = np.where(near_end, length - 1 - i, i)
+  if dt is np.float32:  # the product and the sum are exact in float64
+    exact = np.where(near_end, 1.0, -1.0) + np.where(near_end, -1.0, 1.0) * (float(step) * k)
+    r = exact.astype(np.float32)
+  else:
+    f = fractions.Fraction(float(step))
+    r = np.array([float((1 - f * int(j)) if e else (f * int(j) - 1)) for j, e in zip(k, near_end)])
+  if not align_corners:
+    r = (r * dt(length - 1)) / dt(length)
+  return r.astype(np.float64)
+
+
+def _base_axes(spatial: tuple[int, ...], align_corners: bool,
+               torch_dtype: Any = None) -> list[np.ndarray]:
+  """The base positions along each spatial axis, computed in float64 (rounded once to the
+  compute dtype by the caller), or torch's (``_torch_linspace``) in ``torch_dtype``."""
+  if torch_dtype is not None:
+    return [_torch_linspace(length, align_corners, torch_dtype) for length in spatial]
   axes = []
   for length in spatial:
     i = np.arange(length, dtype=np.float64)
@@ -1284,12 +1313,13 @@ def _base_axes(spatial: tuple[int, ...], align_corners: bool) -> list[np.ndarray
   return axes
 
 
-def _base_grid(spatial: tuple[int, ...], align_corners: bool, dtype: Any) -> jax.Array:
+def _base_grid(spatial: tuple[int, ...], align_corners: bool, dtype: Any,
+               torch_base: bool = False) -> jax.Array:
   """(r + 1, prod(spatial)) homogeneous base positions, innermost axis first: each axis' float64
   positions rounded once to ``dtype``, broadcast on the device (a constant of the whole grid
   took 12.6 MB of a 1024 x 1024 program and seconds to build at 8192 x 8192). Rows, as the
   CPU's matrix product reads them (XLA had laid the constant out so)."""
-  axes = _base_axes(spatial, align_corners)
+  axes = _base_axes(spatial, align_corners, dtype if torch_base else None)
   r = len(spatial)
   cols = [jnp.broadcast_to(jnp.asarray(v.astype(dtype)).reshape(
       (1,) * d + (-1,) + (1,) * (r - d - 1)), spatial).reshape(-1)
@@ -1298,9 +1328,20 @@ def _base_grid(spatial: tuple[int, ...], align_corners: bool, dtype: Any) -> jax
   return jnp.stack(cols, axis=0)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _affine_grid_jit(theta: jax.Array, spatial: tuple[int, ...], align_corners: bool) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _affine_grid_jit(theta: jax.Array, spatial: tuple[int, ...], align_corners: bool,
+                     torch_base: bool = False) -> jax.Array:
+  """The grid; ``torch_base``: as torch computes it (jaxops.torch.affine_grid): on torch's base
+  positions, and where ATen's bmm takes its small-matrix loop (fewer than 400 multiplications
+  per image) with that loop's rounding, each product rounded and summed in order."""
   cdt = _checks.compute_dtype(theta.dtype)
-  base = _base_grid(spatial, align_corners, cdt)
-  grid = jnp.einsum("kp,njk->npj", base, theta.astype(cdt), precision=jax.lax.Precision.HIGHEST)
-  return grid.reshape(theta.shape[0], *spatial, len(spatial)).astype(theta.dtype)
+  base = _base_grid(spatial, align_corners, cdt, torch_base)
+  t = theta.astype(cdt)
+  r = len(spatial)
+  if torch_base and (r + 1) * r * math.prod(spatial) < 400:
+    grid = _exact.rounded(base[0][None, :, None] * t[:, None, :, 0])
+    for k in range(1, r + 1):
+      grid = grid + _exact.rounded(base[k][None, :, None] * t[:, None, :, k])
+  else:
+    grid = jnp.einsum("kp,njk->npj", base, t, precision=jax.lax.Precision.HIGHEST)
+  return grid.reshape(theta.shape[0], *spatial, r).astype(theta.dtype)

@@ -1537,7 +1537,9 @@ _AFFINE_GRID = _checks.ConfigCache(_affine_grid_config)
 
 @functools.partial(jax.jit, static_argnames=("size", "align"))
 def _affine_grid_jit(theta: jax.Array, size: tuple[int, ...], align: bool) -> jax.Array:
-  return jaxops.affine_grid(theta, size, align_corners=align)
+  # on torch's base positions (its linspace, rounded as ATen rounds it), so that a grid of a
+  # pure scaling is torch's to the bit and nearest sampling reads torch's pixels at half-pixels
+  return _grid_sample_module._affine_grid_jit(theta, size[2:], align, True)
 
 
 def affine_grid(theta: ArrayLike, size: Any, align_corners: bool | None = None) -> jax.Array:
@@ -1548,7 +1550,9 @@ def affine_grid(theta: ArrayLike, size: Any, align_corners: bool | None = None) 
   ``theta[n] @ (x, y[, z], 1)`` at evenly spaced base positions in ``[-1, 1]``:
   ``-1 + 2 i / (L - 1)`` with ``align_corners=True`` (0 when ``L = 1``),
   ``-1 + (2 i + 1) / L`` otherwise (the default; None means False, without torch's warning).
-  This is ``jaxops.affine_grid``.
+  This is ``jaxops.affine_grid`` on torch's base positions, rounded as torch rounds them
+  (``linspace(-1, 1, L)``, times ``(L - 1) / L`` without align_corners), which differ from the
+  exact positions by an ulp here and there.
 
   Args:
     theta: floating array; may be traced (differentiable).
