@@ -11,14 +11,10 @@ import jax
 import numpy as np
 import pytest
 
+from _ulps import compiled, with_neighbours
 from jaxops import _exact
 
 LEVELS = (0, 3)
-
-
-def _compiled(f, a: np.ndarray, level: int):
-  return jax.jit(f).lower(a).compile(
-      compiler_options={"xla_backend_optimization_level": level})
 
 
 def _nearest(value: Fraction, dtype) -> np.floating:
@@ -37,15 +33,9 @@ def _values(dtype, n: int, rng: np.random.Generator) -> np.ndarray:
   magnitudes (every half-pixel of up to 100 pixels, else 400 of them)."""
   k = np.arange(-2 * n - 2, 2 * n + 3) if n <= 100 else rng.integers(-2 * n - 2, 2 * n + 3, 400)
   ties = ((2 * k + 2) / n).astype(dtype)
-  near = [ties]
-  for direction in (np.inf, -np.inf):
-    v = ties
-    for _ in range(3):
-      v = np.nextafter(v, dtype(direction))
-      near.append(v)
   far = (rng.standard_normal(300) * 10.0 ** rng.integers(-30, 25, 300)).astype(dtype)
-  return np.concatenate(near + [rng.uniform(-3, 3, 300).astype(dtype), far,
-                                np.array([0, -0.0, 1, -1], dtype)])
+  return np.concatenate([with_neighbours(ties, 3), rng.uniform(-3, 3, 300).astype(dtype), far,
+                         np.array([0, -0.0, 1, -1], dtype)])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -56,7 +46,7 @@ def test_fused_is_the_product_and_sum_rounded_once(dtype):
     a = _values(dtype, n, rng)
     want = np.array([_nearest(Fraction(float(v)) * n - 1, dtype) for v in a], dtype)
     for level in LEVELS:
-      got = np.asarray(_compiled(lambda v: _exact.fused(v, n, -1.0), a, level)(a))
+      got = np.asarray(compiled(lambda v: _exact.fused(v, n, -1.0), a, level=level)(a))
       np.testing.assert_array_equal(got, want, err_msg=f"n={n} level={level}")
 
 
@@ -69,7 +59,7 @@ def test_separate_is_the_product_rounded_then_the_sum(dtype):
     with np.errstate(over="ignore"):
       want = a * dtype(n) + dtype(-1)  # NumPy rounds each operation
     for level in LEVELS:
-      got = np.asarray(_compiled(lambda v: _exact.separate(v, n, -1.0), a, level)(a))
+      got = np.asarray(compiled(lambda v: _exact.separate(v, n, -1.0), a, level=level)(a))
       np.testing.assert_array_equal(got, want, err_msg=f"n={n} level={level}")
 
 
@@ -77,8 +67,9 @@ def test_the_two_roundings_differ_where_grid_sample_needs_them_to():
   # float64 -1/3 on three pixels: (g + 1) * 3 - 1 is 1 + 2**-52 rounded once, 1 rounded twice
   a = np.array([1 - 0.3333333333333333])
   for level in LEVELS:
-    assert float(_compiled(lambda v: _exact.fused(v, 3, -1.0), a, level)(a)[0]) == 1 + 2 ** -52
-    assert float(_compiled(lambda v: _exact.separate(v, 3, -1.0), a, level)(a)[0]) == 1.0
+    once = compiled(lambda v: _exact.fused(v, 3, -1.0), a, level=level)(a)
+    twice = compiled(lambda v: _exact.separate(v, 3, -1.0), a, level=level)(a)
+    assert (float(once[0]), float(twice[0])) == (1 + 2 ** -52, 1.0)
 
 
 def test_non_finite_and_overflowing_values_follow_the_plain_expression():
@@ -112,14 +103,7 @@ def test_float32_roundings_agree_past_the_exact_limits():
                             rng.integers(4098, 131071, 34)])
   for n in lengths:
     k = np.arange(-3, 2 * n + 3)
-    ties = ((k + 1) / n - 1).astype(np.float32)
-    g = [ties]
-    for direction in (np.inf, -np.inf):
-      v = ties
-      for _ in range(3):
-        v = np.nextafter(v, np.float32(direction))
-        g.append(v)
-    a = np.concatenate(g) + np.float32(1)
+    a = with_neighbours(((k + 1) / n - 1).astype(np.float32), 3) + np.float32(1)
     twice = (a * np.float32(n)).astype(np.float32) - np.float32(1)
     once = (a.astype(np.float64) * int(n) - 1).astype(np.float32)
     np.testing.assert_array_equal(np.rint(twice / 2), np.rint(once / 2), err_msg=f"n={n}")
@@ -134,9 +118,9 @@ def test_rounded_product_is_rounded_before_the_sum(dtype):
   b, c = dtype(np.float32(0.1)), dtype(-0.5)
   want = a * b + c
   for level in LEVELS:
-    got = _compiled(lambda v: _exact.rounded(v * b) + c, a, level)(a)
+    got = compiled(lambda v: _exact.rounded(v * b) + c, a, level=level)(a)
     np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"level={level}")
-  fused = np.asarray(_compiled(lambda v: v * b + c, a, 3)(a))
+  fused = np.asarray(compiled(lambda v: v * b + c, a, level=3)(a))
   assert (fused != want).any()
   nan = np.array([np.nan, np.inf, -np.inf], dtype)
   np.testing.assert_array_equal(np.asarray(_exact.rounded(nan * b)), nan * b)

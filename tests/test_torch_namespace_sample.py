@@ -37,6 +37,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import jaxops.torch as F
+from _ulps import compiled, half_pixel_grid
 
 _FULL = int(os.environ.get("JAXOPS_TORCH_SWEEP", "0"))
 DRAWS = 5
@@ -575,25 +576,6 @@ def test_roi_align_empty_boxes_and_output():
                              **TOL64)
 
 
-def _half_pixel_grid(spatial: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:
-  """(1, 1, ..., P, r) grid whose coordinates, axis by axis, are the normalised positions of
-  every half-pixel of that axis (align_corners=False, from 1.5 pixels outside to 1.5 beyond)
-  and their neighbours up to two ulps either side, each column shuffled."""
-  cols = []
-  for length in reversed(spatial):  # grid[..., 0] is the innermost axis
-    g = ((np.arange(-2, 2 * length + 3) + 1) / length - 1).astype(dtype)
-    near = [g]
-    for direction in (np.inf, -np.inf):
-      v = g
-      for _ in range(2):
-        v = np.nextafter(v, dtype(direction))
-        near.append(v)
-    cols.append(np.concatenate(near))
-  size = max(c.size for c in cols)
-  cols = [rng.permutation(np.resize(c, size)) for c in cols]
-  return np.stack(cols, -1).reshape((1,) * len(spatial) + (size, len(spatial)))
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_nearest_half_pixel_ties_round_as_each_torch_kernel(dtype):
   """torch's 2-D kernel is vectorised and rounds the pixel coordinate (g + 1) * L - 1 once (a
@@ -606,14 +588,13 @@ def test_nearest_half_pixel_ties_round_as_each_torch_kernel(dtype):
   rng = np.random.default_rng(5403)
   for spatial in ((21, 31), (3, 7, 33)):
     x = np.arange(np.prod(spatial), dtype=dtype).reshape((1, 1) + spatial)
-    grid = _half_pixel_grid(spatial, dtype, rng)
+    grid = half_pixel_grid(spatial, dtype, rng)
     for pad in ("zeros", "border", "reflection"):
       want = TF.grid_sample(torch.from_numpy(x), torch.from_numpy(grid), mode="nearest",
                             padding_mode=pad, align_corners=False).numpy()
-      f = jax.jit(lambda a, g, pad=pad: F.grid_sample(a, g, "nearest", pad, False))
+      f = lambda a, g, pad=pad: F.grid_sample(a, g, "nearest", pad, False)  # noqa: E731
       for level in (0, 3):
-        got = f.lower(x, grid).compile(
-            compiler_options={"xla_backend_optimization_level": level})(x, grid)
+        got = compiled(f, x, grid, level=level)(x, grid)
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{spatial} {pad} {level}")
   # the cases found (torch 2-D / 3-D): pixels 1 / 0, 6 / 5, and 30 / 29 in float32
   for g, length, pad, want2, want3 in ((-1 / 3, 3, "zeros", 1, 0),
@@ -644,10 +625,9 @@ def test_affine_grid_is_torchs_to_the_bit(dtype):
     for ac in (False, True):
       theta = rng.standard_normal((size[0], r, r + 1)).astype(dtype)
       want = TF.affine_grid(torch.from_numpy(theta), list(size), align_corners=ac).numpy()
-      f = jax.jit(lambda t, size=size, ac=ac: F.affine_grid(t, size, align_corners=ac))
+      f = lambda t, size=size, ac=ac: F.affine_grid(t, size, align_corners=ac)  # noqa: E731
       for level in (0, 3):
-        got = f.lower(theta).compile(
-            compiler_options={"xla_backend_optimization_level": level})(theta)
+        got = compiled(f, theta, level=level)(theta)
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{size} {ac} {level}")
   # a scaling's grid sampled with nearest at half-pixels: 2x on 8 columns reads torch's pixels
   theta = np.array([[[2.0, 0, 0], [0, 2.0, 0]]], dtype)
