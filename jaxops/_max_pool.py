@@ -756,9 +756,10 @@ def global_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
   """ONNX GlobalMaxPool: the maximum over every axis after the first two.
 
   ``x`` is ``(N, C, D1, ..., Dn)``; the result is ``(N, C, 1, ..., 1)``. NaN propagates: a plane
-  that holds a NaN has the maximum NaN (jnp.max's rule, and onnx.reference's). The gradient
-  goes to the plane's first maximum (in row-major order; its first NaN if it holds one), as
-  :func:`max_pool`'s goes to the element its indices name.
+  that holds a NaN has the maximum NaN (jnp.max's rule, and onnx.reference's). The result is
+  the plane's first maximum in row-major order (its first NaN if it holds one), that element's
+  own bits: of tied zeros, the first one's sign, as PyTorch's max pooling gives. The gradient
+  goes to that element, as :func:`max_pool`'s goes to the element its indices name.
 
   Args:
     x: input array with at least two axes, float16, bfloat16, float32 or float64.
@@ -788,15 +789,76 @@ def global_max_pool(x: jax.typing.ArrayLike) -> jax.Array:
 
 @jax.jit
 def _global_max_pool(x: jax.Array) -> jax.Array:
-  """The maximum of each (n, c) plane, read at the plane's first maximum (the first NaN where
-  there is one: ``argmax``'s rule), so that the gradient goes to that one element as max_pool's
-  does on ties, where ``jnp.max`` would share it among the tied elements."""
   out = x.shape[:2] + (1,) * (x.ndim - 2)
   if x.size == 0:  # no planes (an empty plane is refused before)
     return jnp.zeros(out, x.dtype)
-  flat = x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))
-  first = jnp.argmax(flat, axis=-1, keepdims=True)
-  return jnp.take_along_axis(flat, first, axis=-1).reshape(out)
+  return _first_maximum(x.reshape(x.shape[:2] + (math.prod(x.shape[2:]),))).reshape(out)
+
+
+# GlobalMaxPool compares each plane's elements in blocks of this many adjacent ones, then the
+# blocks' winners in blocks again, until one is left.
+_ROUND = 8
+
+
+def _rounds(flat: jax.Array, pos: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
+  """The first maximum of each row of ``flat`` (..., L) as (..., 1), and with ``pos`` (the
+  elements' positions, or None) its position: a knockout in rounds, each over blocks of
+  ``_ROUND`` adjacent elements, so that every winner stands for a contiguous run and the earlier
+  run wins a tie. A later element takes the lead only if it is greater, or NaN where the lead is
+  not: so the winner is the row's first NaN if it holds one, else its first maximum (of tied
+  zeros, the first one's sign), its own bits. Each round is one elementwise loop that XLA's
+  CPU backend vectorises; ``jnp.argmax`` is a variadic reduction that it runs element by
+  element, 2 to 9 times slower here (docs/PERFORMANCE.md, "GlobalMaxPool"). bfloat16 rows
+  are knocked out as their bit patterns, compared as values: XLA's CPU backend computes
+  bfloat16 in float32, and its select of a bfloat16 NaN gave the canonical NaN. (Selecting bit
+  patterns in every dtype kept the loops from vectorising: 1.2-2.8 times slower in float32.)"""
+  dtype = flat.dtype
+  word = np.dtype(np.uint16) if dtype == jnp.bfloat16 else dtype
+  value = functools.partial(lax.bitcast_convert_type, new_dtype=dtype)
+  bits = lax.bitcast_convert_type(flat, word)
+  while bits.shape[-1] > 1:
+    n = bits.shape[-1]
+    k = min(_ROUND, n)
+    tail = -n % k
+    if tail:  # -inf after the row: never greater, never NaN, so it never takes the lead
+      fill = np.array(-np.inf, dtype).view(word)
+      bits = jnp.concatenate([bits, jnp.full(bits.shape[:-1] + (tail,), fill, word)], axis=-1)
+      if pos is not None:
+        pos = jnp.concatenate([pos, jnp.zeros(pos.shape[:-1] + (tail,), pos.dtype)], axis=-1)
+    blocks = bits.shape[:-1] + ((n + tail) // k, k)
+    bits = bits.reshape(blocks)
+    lead = bits[..., 0]
+    if pos is not None:
+      pos = pos.reshape(blocks)
+      where = pos[..., 0]
+    for j in range(1, k):
+      a, b = value(lead), value(bits[..., j])
+      take = ~jnp.isnan(a) & ((b > a) | jnp.isnan(b))
+      lead = jnp.where(take, bits[..., j], lead)
+      if pos is not None:
+        where = jnp.where(take, pos[..., j], where)
+    bits = lead
+    if pos is not None:
+      pos = where
+  return value(bits), pos
+
+
+@jax.custom_jvp
+def _first_maximum(flat: jax.Array) -> jax.Array:
+  """(..., L) -> (..., 1): each row's first maximum (``_rounds``)."""
+  return _rounds(flat, None)[0]
+
+
+@_first_maximum.defjvp
+def _first_maximum_jvp(primals: tuple[jax.Array], tangents: tuple[jax.Array]) -> Any:
+  """The tangent at the winning element: the gradient goes to the plane's first maximum (its
+  first NaN), as max_pool's goes to the element its indices name."""
+  (flat,), (t,) = primals, tangents
+  iota = lax.broadcasted_iota(np.int32, flat.shape, flat.ndim - 1)
+  where = _rounds(flat, iota)[1]
+  assert where is not None
+  # the primal through _first_maximum itself, so that higher derivatives take this rule again
+  return _first_maximum(flat), jnp.take_along_axis(t, where, axis=-1)
 
 
 # --- max_unpool ---------------------------------------------------------------------------------

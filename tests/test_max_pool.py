@@ -122,6 +122,44 @@ def test_global_max_pool_gradient_goes_to_the_first_maximum_as_in_torch():
   assert np.count_nonzero(np.asarray(got)) == 2
 
 
+@pytest.mark.parametrize("length", [1, 2, 7, 8, 9, 17, 63, 64, 65, 4099])
+def test_global_max_pool_is_the_first_maximum_bit_for_bit(length):
+  """Planes of every length the knockout rounds cut differently (a last block short of 8, one
+  round or several), full of ties, zeros of both signs, infinities and NaN with payloads: the
+  value is the plane's element that NumPy's argmax names (the first maximum, the first NaN),
+  its own bits, in every floating dtype; the gradient is 1 there and 0 elsewhere. Planes
+  without NaN against PyTorch as well: max_pool1d over the plane, its value's bits and its
+  autograd (PyTorch's NaN rule differs: docs/DEVIATIONS.md, MaxPool)."""
+  rng = np.random.default_rng(length)
+  pool = np.array([0.0, -0.0, 1.0, -1.0, 2.0, np.inf, -np.inf, np.nan])
+  planes = 48
+  for dtype, bits in ((np.float16, np.uint16), (jnp.bfloat16, np.uint16),
+                      (np.float32, np.uint32), (np.float64, np.uint64)):
+    x = rng.choice(pool, (2, planes // 2, length))
+    x[:, ::3] = np.where(np.isnan(x[:, ::3]), -np.inf, x[:, ::3])  # a third without NaN
+    x[:, 1::6] = -rng.choice([0.0, -0.0, -1.0], (2, len(range(1, planes // 2, 6)), length))
+    x = x.astype(dtype)
+    raw = x.view(bits).copy()
+    raw[np.isnan(x.astype(np.float32))] |= bits(3)  # NaNs of other payloads
+    x = raw.view(dtype)
+    flat = x.reshape(planes, length)
+    first = np.argmax(flat.astype(np.float64), axis=1)  # NumPy: the first NaN, or first maximum
+    want = flat[np.arange(planes), first]
+    got = np.asarray(jax.jit(jaxops.global_max_pool)(x)).reshape(planes)
+    np.testing.assert_array_equal(got.view(bits), want.view(bits), err_msg=str(dtype))
+    if dtype in (np.float32, np.float64):
+      g = np.asarray(jax.jit(jax.grad(lambda v: jnp.sum(jaxops.global_max_pool(v))))(x))
+      onehot = np.zeros((planes, length), dtype)
+      onehot[np.arange(planes), first] = 1
+      np.testing.assert_array_equal(g.reshape(planes, length), onehot)
+  finite = ~np.isnan(flat).any(axis=1)
+  xt = torch.tensor(flat[finite][:, None, :], requires_grad=True)
+  tv = torch.nn.functional.max_pool1d(xt, length)
+  tv.sum().backward()
+  np.testing.assert_array_equal(got[finite].view(bits), tv.detach().numpy().reshape(-1).view(bits))
+  np.testing.assert_array_equal(g.reshape(planes, length)[finite], xt.grad.numpy()[:, 0])
+
+
 def test_global_max_pool_refuses_an_empty_plane():
   with pytest.raises(ValueError, match=r"global_max_pool: argument `x`.*got shape \(1, 2, 0\)"):
     jaxops.global_max_pool(np.zeros((1, 2, 0), np.float32))
