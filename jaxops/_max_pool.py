@@ -800,13 +800,15 @@ def _global_max_pool(x: jax.Array) -> jax.Array:
 _ROUND = 8
 
 
-def _rounds(flat: jax.Array, pos: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
+def _rounds(flat: jax.Array, pos: jax.Array | None,
+            last_nan: bool = False) -> tuple[jax.Array, jax.Array | None]:
   """The first maximum of each row of ``flat`` (..., L) as (..., 1), and with ``pos`` (the
   elements' positions, or None) its position: a knockout in rounds, each over blocks of
   ``_ROUND`` adjacent elements, so that every winner stands for a contiguous run and the earlier
   run wins a tie. A later element takes the lead only if it is greater, or NaN where the lead is
   not: so the winner is the row's first NaN if it holds one, else its first maximum (of tied
-  zeros, the first one's sign), its own bits. Each round is one elementwise loop that XLA's
+  zeros, the first one's sign), its own bits. With ``last_nan``, a later NaN takes the lead
+  from a NaN too (PyTorch's scan, ``val > max || isnan(val)``: its last NaN). Each round is one elementwise loop that XLA's
   CPU backend vectorises; ``jnp.argmax`` is a variadic reduction that it runs element by
   element, 2 to 9 times slower here (docs/PERFORMANCE.md, "GlobalMaxPool"). bfloat16 rows
   are knocked out as their bit patterns, compared as values: XLA's CPU backend computes
@@ -833,7 +835,9 @@ def _rounds(flat: jax.Array, pos: jax.Array | None) -> tuple[jax.Array, jax.Arra
       where = pos[..., 0]
     for j in range(1, k):
       a, b = value(lead), value(bits[..., j])
-      take = ~jnp.isnan(a) & ((b > a) | jnp.isnan(b))
+      take = (b > a) | jnp.isnan(b)
+      if not last_nan:
+        take = take & ~jnp.isnan(a)
       lead = jnp.where(take, bits[..., j], lead)
       if pos is not None:
         where = jnp.where(take, pos[..., j], where)

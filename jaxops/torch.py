@@ -2063,6 +2063,19 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   lead = x.ndim - nd
   dtype = _max_pool_op._index_dtype()
   spatial = [n for n, _ in axes]
+  if all(o == 1 for _, o in axes) and any(n > _AMAX_UNROLLED_TAPS for n in spatial):
+    # one window over the whole plane, longer than _AMAX_UNROLLED_TAPS along an axis: torch's
+    # scan as rounds over the contiguous plane (jaxops.global_max_pool's, with torch's NaN
+    # rule), where the windows one axis at a time took a variadic reduce (112 x 112 -> 1 on
+    # 2x64 planes: 8.7 ms against 1.0-1.2; docs/PERFORMANCE.md, "GlobalMaxPool")
+    flat = x.reshape(x.shape[:lead] + (-1,))
+    # float positions where exact: an integer select chain on float comparisons runs slower
+    exact = math.prod(spatial) <= 1 << 24
+    at = lax.broadcasted_iota(np.float32 if exact else dtype, flat.shape, flat.ndim - 1)
+    best, first = _max_pool_op._rounds(flat, at, last_nan=True)
+    assert first is not None
+    out = x.shape[:lead] + (1,) * nd
+    return best.reshape(out), first.astype(dtype).reshape(out)
   scan = _amax_scan_dtype(axes)
   pos = _amax_plan(axes).astype(scan)
   if math.prod(pos.shape[1::2]) <= _AMAX_SCAN_TAPS:
