@@ -800,20 +800,21 @@ def _global_max_pool(x: jax.Array) -> jax.Array:
 _ROUND = 8
 
 
-def _rounds(flat: jax.Array, pos: jax.Array | None,
-            last_nan: bool = False) -> tuple[jax.Array, jax.Array | None]:
-  """The first maximum of each row of ``flat`` (..., L) as (..., 1), and with ``pos`` (the
-  elements' positions, or None) its position: a knockout in rounds, each over blocks of
-  ``_ROUND`` adjacent elements, so that every winner stands for a contiguous run and the earlier
-  run wins a tie. A later element takes the lead only if it is greater, or NaN where the lead is
-  not: so the winner is the row's first NaN if it holds one, else its first maximum (of tied
-  zeros, the first one's sign), its own bits. With ``last_nan``, a later NaN takes the lead
-  from a NaN too (PyTorch's scan, ``val > max || isnan(val)``: its last NaN). Each round is one elementwise loop that XLA's
-  CPU backend vectorises; ``jnp.argmax`` is a variadic reduction that it runs element by
-  element, 2 to 9 times slower here (docs/PERFORMANCE.md, "GlobalMaxPool"). bfloat16 rows
-  are knocked out as their bit patterns, compared as values: XLA's CPU backend computes
-  bfloat16 in float32, and its select of a bfloat16 NaN gave the canonical NaN. (Selecting bit
-  patterns in every dtype kept the loops from vectorising: 1.2-2.8 times slower in float32.)"""
+def _rounds(flat: jax.Array, pos: jax.Array,
+            last_nan: bool = False) -> tuple[jax.Array, jax.Array]:
+  """The first maximum of each row of ``flat`` (..., L) as (..., 1), and its entry of ``pos``
+  (the elements' positions; XLA drops them where only the maximum is used): a knockout in
+  rounds, each over blocks of ``_ROUND`` adjacent elements, so that every winner stands for a
+  contiguous run and the earlier run wins a tie. A later element takes the lead only if it is
+  greater, or NaN where the lead is not: so the winner is the row's first NaN if it holds one,
+  else its first maximum (of tied zeros, the first one's sign), its own bits. With
+  ``last_nan``, a later NaN takes the lead from a NaN too (PyTorch's scan, ``val > max ||
+  isnan(val)``: its last NaN). Each round is one elementwise loop that XLA's CPU backend
+  vectorises; ``jnp.argmax`` is a variadic reduction that it runs element by element, 2 to 9
+  times slower here (docs/PERFORMANCE.md, "GlobalMaxPool"). bfloat16 rows are knocked out as
+  their bit patterns, compared as values: XLA's CPU backend computes bfloat16 in float32, and
+  its select of a bfloat16 NaN gave the canonical NaN. (Selecting bit patterns in every dtype
+  kept the loops from vectorising: 1.2-2.8 times slower in float32.)"""
   dtype = flat.dtype
   word = np.dtype(np.uint16) if dtype == jnp.bfloat16 else dtype
   value = functools.partial(lax.bitcast_convert_type, new_dtype=dtype)
@@ -825,32 +826,29 @@ def _rounds(flat: jax.Array, pos: jax.Array | None,
     if tail:  # -inf after the row: never greater, never NaN, so it never takes the lead
       fill = np.array(-np.inf, dtype).view(word)
       bits = jnp.concatenate([bits, jnp.full(bits.shape[:-1] + (tail,), fill, word)], axis=-1)
-      if pos is not None:
-        pos = jnp.concatenate([pos, jnp.zeros(pos.shape[:-1] + (tail,), pos.dtype)], axis=-1)
+      pos = jnp.concatenate([pos, jnp.zeros(pos.shape[:-1] + (tail,), pos.dtype)], axis=-1)
     blocks = bits.shape[:-1] + ((n + tail) // k, k)
-    bits = bits.reshape(blocks)
-    lead = bits[..., 0]
-    if pos is not None:
-      pos = pos.reshape(blocks)
-      where = pos[..., 0]
+    bits, pos = bits.reshape(blocks), pos.reshape(blocks)
+    lead, where = bits[..., 0], pos[..., 0]
     for j in range(1, k):
       a, b = value(lead), value(bits[..., j])
       take = (b > a) | jnp.isnan(b)
       if not last_nan:
         take = take & ~jnp.isnan(a)
       lead = jnp.where(take, bits[..., j], lead)
-      if pos is not None:
-        where = jnp.where(take, pos[..., j], where)
-    bits = lead
-    if pos is not None:
-      pos = where
+      where = jnp.where(take, pos[..., j], where)
+    bits, pos = lead, where
   return value(bits), pos
+
+
+def _positions(flat: jax.Array, dtype: Any = np.int32) -> jax.Array:
+  return lax.broadcasted_iota(dtype, flat.shape, flat.ndim - 1)
 
 
 @jax.custom_jvp
 def _first_maximum(flat: jax.Array) -> jax.Array:
   """(..., L) -> (..., 1): each row's first maximum (``_rounds``)."""
-  return _rounds(flat, None)[0]
+  return _rounds(flat, _positions(flat))[0]
 
 
 @_first_maximum.defjvp
@@ -858,9 +856,7 @@ def _first_maximum_jvp(primals: tuple[jax.Array], tangents: tuple[jax.Array]) ->
   """The tangent at the winning element: the gradient goes to the plane's first maximum (its
   first NaN), as max_pool's goes to the element its indices name."""
   (flat,), (t,) = primals, tangents
-  iota = lax.broadcasted_iota(np.int32, flat.shape, flat.ndim - 1)
-  where = _rounds(flat, iota)[1]
-  assert where is not None
+  where = _rounds(flat, _positions(flat))[1]
   # the primal through _first_maximum itself, so that higher derivatives take this rule again
   return _first_maximum(flat), jnp.take_along_axis(t, where, axis=-1)
 

@@ -2071,9 +2071,8 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
     flat = x.reshape(x.shape[:lead] + (-1,))
     # float positions where exact: an integer select chain on float comparisons runs slower
     exact = math.prod(spatial) <= 1 << 24
-    at = lax.broadcasted_iota(np.float32 if exact else dtype, flat.shape, flat.ndim - 1)
+    at = _max_pool_op._positions(flat, np.float32 if exact else dtype)
     best, first = _max_pool_op._rounds(flat, at, last_nan=True)
-    assert first is not None
     out = x.shape[:lead] + (1,) * nd
     return best.reshape(out), first.astype(dtype).reshape(out)
   scan = _amax_scan_dtype(axes)
