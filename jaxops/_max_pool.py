@@ -810,7 +810,7 @@ def _rounds(flat: jax.Array, pos: jax.Array,
   else its first maximum (of tied zeros, the first one's sign), its own bits. With
   ``last_nan``, a later NaN takes the lead from a NaN too (PyTorch's scan, ``val > max ||
   isnan(val)``: its last NaN). Each round is one elementwise loop that XLA's CPU backend
-  vectorises; ``jnp.argmax`` is a variadic reduction that it runs element by element, 2 to 9
+  vectorises; ``jnp.argmax`` is a variadic reduction that it runs element by element, 1.6 to 9
   times slower here (docs/PERFORMANCE.md, "GlobalMaxPool"). bfloat16 rows are knocked out as
   their bit patterns, compared as values: XLA's CPU backend computes bfloat16 in float32, and
   its select of a bfloat16 NaN gave the canonical NaN. (Selecting bit patterns in every dtype
