@@ -800,55 +800,140 @@ def _global_max_pool(x: jax.Array) -> jax.Array:
 _ROUND = 8
 
 
-def _rounds(flat: jax.Array, pos: jax.Array,
-            last_nan: bool = False) -> tuple[jax.Array, jax.Array]:
-  """The first maximum of each row of ``flat`` (..., L) as (..., 1), and its entry of ``pos``
-  (the elements' positions; XLA drops them where only the maximum is used): a knockout in
-  rounds, each over blocks of ``_ROUND`` adjacent elements, so that every winner stands for a
-  contiguous run and the earlier run wins a tie. A later element takes the lead only if it is
-  greater, or NaN where the lead is not: so the winner is the row's first NaN if it holds one,
-  else its first maximum (of tied zeros, the first one's sign), its own bits. With
-  ``last_nan``, a later NaN takes the lead from a NaN too (PyTorch's scan, ``val > max ||
-  isnan(val)``: its last NaN). Each round is one elementwise loop that XLA's CPU backend
-  vectorises; ``jnp.argmax`` is a variadic reduction that it runs element by element, 1.6 to 9
-  times slower here (docs/PERFORMANCE.md, "GlobalMaxPool"). bfloat16 rows are knocked out as
-  their bit patterns, compared as values: XLA's CPU backend computes bfloat16 in float32, and
-  its select of a bfloat16 NaN gave the canonical NaN. (Selecting bit patterns in every dtype
-  kept the loops from vectorising: 1.2-2.8 times slower in float32.)"""
+# Rows of at most this many elements carry every element's position through the rounds; longer
+# ones find the winner's position after them, level by level from the top (docs/PERFORMANCE.md,
+# "GlobalMaxPool's positions").
+_CARRIED = 7 * _ROUND
+
+
+def _rounds(flat: jax.Array, last_nan: bool = False) -> tuple[jax.Array, jax.Array]:
+  """The first maximum of each row of ``flat`` (..., L) as (..., 1), and its int32 position
+  (XLA drops the positions where only the maximum is used): a knockout in rounds, each over
+  blocks of ``_ROUND`` adjacent elements, so that every winner stands for a contiguous run and
+  the earlier run wins a tie. A later element takes the lead only if it is greater, or NaN where
+  the lead is not: so the winner is the row's first NaN if it holds one, else its first maximum
+  (of tied zeros, the first one's sign), its own bits. With ``last_nan``, a later NaN takes the
+  lead from a NaN too (PyTorch's scan, ``val > max || isnan(val)``: its last NaN). Each round is
+  one elementwise loop that XLA's CPU backend vectorises; ``jnp.argmax`` is a variadic reduction
+  that it runs element by element, 1.6 to 9 times slower here (docs/PERFORMANCE.md,
+  "GlobalMaxPool"). bfloat16 rows are knocked out as their bit patterns, compared as values:
+  XLA's CPU backend computes bfloat16 in float32, and its select of a bfloat16 NaN gave the
+  canonical NaN. (Selecting bit patterns in every dtype kept the loops from vectorising: 1.2-2.8
+  times slower in float32.)
+
+  Rows of more than ``_CARRIED`` elements run the rounds on the values alone (carrying
+  positions split each round into a loop per comparison, 3-4 times slower on 56 x 56 planes)
+  and then find the position from the top level down: in the winning block of each level, the
+  first element with the winner's bits is the one the knockout took (an earlier one with the
+  same bits would have kept the lead), or with ``last_nan`` and a NaN winner the last such
+  element (no NaN follows it in its block)."""
   dtype = flat.dtype
   word = np.dtype(np.uint16) if dtype == jnp.bfloat16 else dtype
   value = functools.partial(lax.bitcast_convert_type, new_dtype=dtype)
+  fill = np.array(-np.inf, dtype).view(word)  # never greater, never NaN: never takes the lead
   bits = lax.bitcast_convert_type(flat, word)
+  pos: Any = _positions(flat) if flat.shape[-1] <= _CARRIED else None
+  levels = []
   while bits.shape[-1] > 1:
-    n = bits.shape[-1]
-    k = min(_ROUND, n)
-    tail = -n % k
-    if tail:  # -inf after the row: never greater, never NaN, so it never takes the lead
-      fill = np.array(-np.inf, dtype).view(word)
-      bits = jnp.concatenate([bits, jnp.full(bits.shape[:-1] + (tail,), fill, word)], axis=-1)
-      pos = jnp.concatenate([pos, jnp.zeros(pos.shape[:-1] + (tail,), pos.dtype)], axis=-1)
-    blocks = bits.shape[:-1] + ((n + tail) // k, k)
-    bits, pos = bits.reshape(blocks), pos.reshape(blocks)
-    lead, where = bits[..., 0], pos[..., 0]
-    for j in range(1, k):
-      a, b = value(lead), value(bits[..., j])
+    blocks = _blocks(bits, fill)
+    if pos is None:
+      levels.append(blocks)
+    else:
+      pos = _blocks(pos, 0)
+    lead = blocks[..., 0]
+    where: Any = None if pos is None else pos[..., 0]
+    for j in range(1, blocks.shape[-1]):
+      a, b = value(lead), value(blocks[..., j])
       take = (b > a) | jnp.isnan(b)
       if not last_nan:
         take = take & ~jnp.isnan(a)
-      lead = jnp.where(take, bits[..., j], lead)
-      where = jnp.where(take, pos[..., j], where)
+      lead = jnp.where(take, blocks[..., j], lead)
+      if pos is not None:
+        where = jnp.where(take, pos[..., j], where)
     bits, pos = lead, where
-  return value(bits), pos
+  best = value(bits)
+  if pos is not None:
+    return best, pos
+  unsigned = np.dtype(f"uint{np.dtype(dtype).itemsize * 8}")
+  winner = lax.bitcast_convert_type(bits, unsigned)
+  at = jnp.zeros(best.shape, np.int32)  # the winner's block at each level
+  for blocks in reversed(levels):
+    k = blocks.shape[-1]
+    block = (blocks[..., 0, :] if blocks.shape[-2] == 1 else
+             jnp.take_along_axis(blocks, at[..., None], axis=-2)[..., 0, :])
+    same = lax.bitcast_convert_type(block, unsigned) == winner
+    lane = lax.broadcasted_iota(np.int32, same.shape, same.ndim - 1)
+    offset = jnp.min(jnp.where(same, lane, k), axis=-1, keepdims=True)
+    if last_nan:
+      offset = jnp.where(jnp.isnan(best), jnp.max(jnp.where(same, lane, -1), axis=-1,
+                                                   keepdims=True), offset)
+    at = at * k + offset
+  return best, at
 
 
-def _positions(flat: jax.Array, dtype: Any = np.int32) -> jax.Array:
-  return lax.broadcasted_iota(dtype, flat.shape, flat.ndim - 1)
+def _blocks(row: jax.Array, fill: Any) -> jax.Array:
+  """(..., n) -> (..., ceil(n / k), k), blocks of k = min(_ROUND, n), the last one filled."""
+  n = row.shape[-1]
+  k = min(_ROUND, n)
+  tail = -n % k
+  if tail:
+    row = jnp.concatenate([row, jnp.full(row.shape[:-1] + (tail,), fill, row.dtype)], axis=-1)
+  return row.reshape(row.shape[:-1] + ((n + tail) // k, k))
+
+
+def _positions(flat: jax.Array) -> jax.Array:
+  return lax.broadcasted_iota(np.int32, flat.shape, flat.ndim - 1)
 
 
 @jax.custom_jvp
 def _first_maximum(flat: jax.Array) -> jax.Array:
-  """(..., L) -> (..., 1): each row's first maximum (``_rounds``)."""
-  return _rounds(flat, _positions(flat))[0]
+  """(..., L) -> (..., 1): each row's first maximum (``_rounds``' value, by ``_maximum``)."""
+  return _maximum(flat)
+
+
+def _maximum(flat: jax.Array, last_nan: bool = False) -> jax.Array:
+  """``_rounds(flat, last_nan)[0]``, by XLA's maximum reduction where that is the same.
+
+  A maximum that is neither NaN nor zero has one bit pattern, so it is the knockout's element;
+  XLA's reduction, which its CPU backend vectorises, is several times faster than the rounds
+  (56 x 56 planes: 0.26 ms against 1.4). Rows holding a NaN (XLA's reduction need not
+  propagate it, and the rounds pick one NaN's bits) or whose maximum is a zero (of either sign)
+  take the rounds, behind a conditional on whether there is any (``_exact_maxima``)."""
+  return _exact_maxima_p.bind(jnp.max(flat, axis=-1, keepdims=True), flat, last_nan=last_nan)
+
+
+def _exact_maxima(m: jax.Array, flat: jax.Array, *, last_nan: bool,
+                  partitioned: bool = False) -> jax.Array:
+  """``m`` (XLA's maxima of the rows of ``flat``) with the rows it may get wrong computed by
+  ``_rounds``, only if there is one: a conditional. A primitive, so that its lowering knows
+  whether the program is compiled for several devices, where the predicate would need an
+  all-reduce: there, those rows by the rounds unconditionally (``_nan_windows``' plan)."""
+  # a NaN anywhere in a row makes its sum NaN (as do infinities of both signs: the rounds then)
+  exact = jnp.isnan(jnp.sum(flat, axis=-1, keepdims=True)) | (m == 0)
+
+  def fix() -> jax.Array:
+    if m.dtype != jnp.bfloat16:
+      return jnp.where(exact, _rounds(flat, last_nan)[0], m)
+    # as bit patterns: a bfloat16 select gives the canonical NaN (``_rounds``)
+    bits = functools.partial(lax.bitcast_convert_type, new_dtype=np.uint16)
+    return lax.bitcast_convert_type(
+        jnp.where(exact, bits(_rounds(flat, last_nan)[0]), bits(m)), m.dtype)
+
+  return fix() if partitioned else lax.cond(any_true(exact), fix, lambda: m)
+
+
+def _exact_maxima_batch(args: Any, dims: Any, *, last_nan: bool) -> tuple[jax.Array, int]:
+  # the rows are the trailing axis: a batch axis goes first, and the conditional stays one
+  return _exact_maxima_p.bind(*batch_first(args, dims), last_nan=last_nan), 0
+
+
+_exact_maxima_p = Primitive("jaxops_global_max_pool_exact_maxima")
+_exact_maxima_p.def_impl(jax.jit(_exact_maxima, static_argnames=("last_nan",)))
+_exact_maxima_p.def_abstract_eval(lambda m, flat, *, last_nan: m)
+mlir.register_lowering(_exact_maxima_p, lambda ctx, m, flat, *, last_nan: mlir.lower_fun(
+    functools.partial(_exact_maxima, last_nan=last_nan, partitioned=partitioned(ctx)),
+    multiple_results=False)(ctx, m, flat))
+batching.primitive_batchers[_exact_maxima_p] = _exact_maxima_batch
 
 
 @_first_maximum.defjvp
@@ -856,9 +941,24 @@ def _first_maximum_jvp(primals: tuple[jax.Array], tangents: tuple[jax.Array]) ->
   """The tangent at the winning element: the gradient goes to the plane's first maximum (its
   first NaN), as max_pool's goes to the element its indices name."""
   (flat,), (t,) = primals, tangents
-  where = _rounds(flat, _positions(flat))[1]
-  # the primal through _first_maximum itself, so that higher derivatives take this rule again
-  return _first_maximum(flat), jnp.take_along_axis(t, where, axis=-1)
+  best, where = _rounds(flat)
+  # the rounds' own maximum (not _maximum's again: XLA would compute both), through _winner,
+  # so that higher derivatives take the winner's tangent again
+  return _winner(flat, lax.stop_gradient(best), where), jnp.take_along_axis(t, where, axis=-1)
+
+
+@jax.custom_jvp
+def _winner(flat: jax.Array, best: jax.Array, where: jax.Array) -> jax.Array:
+  """``best``, the element of each row of ``flat`` at ``where`` (``_rounds``' results), whose
+  tangent is the tangent of ``flat`` there."""
+  return best
+
+
+@_winner.defjvp
+def _winner_jvp(primals: tuple[jax.Array, ...], tangents: tuple[Any, ...]) -> Any:
+  (flat, best, where), (t, _, _) = primals, tangents
+  return (_winner(flat, best, where),
+          jnp.take_along_axis(t, where, axis=-1))
 
 
 # --- max_unpool ---------------------------------------------------------------------------------

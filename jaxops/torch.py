@@ -2069,10 +2069,8 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
     # rule), where the windows one axis at a time took a variadic reduce (112 x 112 -> 1 on
     # 2x64 planes: 8.7 ms against 1.0-1.2; docs/PERFORMANCE.md, "GlobalMaxPool")
     flat = x.reshape(x.shape[:lead] + (-1,))
-    # float positions where exact: an integer select chain on float comparisons runs slower
-    exact = math.prod(spatial) <= 1 << 24
-    at = _max_pool_op._positions(flat, np.float32 if exact else dtype)
-    best, first = _max_pool_op._rounds(flat, at, last_nan=True)
+    best = _max_pool_op._maximum(flat, last_nan=True)
+    first = _max_pool_op._rounds(flat, last_nan=True)[1]
     out = x.shape[:lead] + (1,) * nd
     return best.reshape(out), first.astype(dtype).reshape(out)
   scan = _amax_scan_dtype(axes)

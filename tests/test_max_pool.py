@@ -122,14 +122,16 @@ def test_global_max_pool_gradient_goes_to_the_first_maximum_as_in_torch():
   assert np.count_nonzero(np.asarray(got)) == 2
 
 
-@pytest.mark.parametrize("length", [1, 2, 7, 8, 9, 17, 63, 64, 65, 4099])
+@pytest.mark.parametrize("length", [1, 2, 7, 8, 9, 17, 56, 57, 63, 64, 65, 4099])
 def test_global_max_pool_is_the_first_maximum_bit_for_bit(length):
   """Planes of every length the knockout rounds cut differently (a last block short of 8, one
-  round or several), full of ties, zeros of both signs, infinities and NaN with payloads: the
-  value is the plane's element that NumPy's argmax names (the first maximum, the first NaN),
-  its own bits, in every floating dtype; the gradient is 1 there and 0 elsewhere. Planes
-  without NaN against PyTorch as well: max_pool1d over the plane, its value's bits and its
-  autograd (PyTorch's NaN rule differs: docs/DEVIATIONS.md, MaxPool)."""
+  round or several; up to 56 elements the positions ride along the rounds, above they are
+  found after them level by level), full of ties, zeros of both signs, infinities and NaN with
+  payloads: the value is the plane's element that NumPy's argmax names (the first maximum, the
+  first NaN), its own bits, in every floating dtype, also under vmap and for the planes that
+  XLA's maximum reduction gives alone (neither NaN nor a zero maximum); the gradient is 1 there
+  and 0 elsewhere. Planes without NaN against PyTorch as well: max_pool1d over the plane, its
+  value's bits and its autograd (PyTorch's NaN rule differs: docs/DEVIATIONS.md, MaxPool)."""
   rng = np.random.default_rng(length)
   pool = np.array([0.0, -0.0, 1.0, -1.0, 2.0, np.inf, -np.inf, np.nan])
   planes = 48
@@ -147,11 +149,18 @@ def test_global_max_pool_is_the_first_maximum_bit_for_bit(length):
     want = flat[np.arange(planes), first]
     got = np.asarray(jax.jit(jaxops.global_max_pool)(x)).reshape(planes)
     np.testing.assert_array_equal(got.view(bits), want.view(bits), err_msg=str(dtype))
-    if dtype in (np.float32, np.float64):
-      g = np.asarray(jax.jit(jax.grad(lambda v: jnp.sum(jaxops.global_max_pool(v))))(x))
-      onehot = np.zeros((planes, length), dtype)
-      onehot[np.arange(planes), first] = 1
-      np.testing.assert_array_equal(g.reshape(planes, length), onehot)
+    # batched: the conditional that fixes NaN and zero maxima stays one under vmap
+    mapped = np.asarray(jax.jit(jax.vmap(jaxops.global_max_pool))(x[:, :, None, :]))
+    np.testing.assert_array_equal(mapped.reshape(planes).view(bits), want.view(bits))
+    # the planes that need no fix, alone: the conditional's other branch
+    plain = ~np.isnan(want.astype(np.float64)) & (want != 0)
+    assert plain.sum() >= 8
+    alone = np.asarray(jax.jit(jaxops.global_max_pool)(flat[plain][None])).reshape(-1)
+    np.testing.assert_array_equal(alone.view(bits), want[plain].view(bits))
+    g = np.asarray(jax.jit(jax.grad(lambda v: jnp.sum(jaxops.global_max_pool(v))))(x))
+    onehot = np.zeros((planes, length), dtype)
+    onehot[np.arange(planes), first] = 1
+    np.testing.assert_array_equal(g.reshape(planes, length), onehot, err_msg=str(dtype))
   finite = ~np.isnan(flat).any(axis=1)
   xt = torch.tensor(flat[finite][:, None, :], requires_grad=True)
   tv = torch.nn.functional.max_pool1d(xt, length)
