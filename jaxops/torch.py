@@ -2063,11 +2063,13 @@ def _amax_forward(x: jax.Array, axes: tuple[tuple[int, int], ...]) -> tuple[jax.
   lead = x.ndim - nd
   dtype = _max_pool_op._index_dtype()
   spatial = [n for n, _ in axes]
-  if all(o == 1 for _, o in axes) and any(n > _AMAX_UNROLLED_TAPS for n in spatial):
-    # one window over the whole plane, longer than _AMAX_UNROLLED_TAPS along an axis: torch's
-    # scan as rounds over the contiguous plane (jaxops.global_max_pool's, with torch's NaN
-    # rule), where the windows one axis at a time took a variadic reduce (112 x 112 -> 1 on
-    # 2x64 planes: 8.7 ms against 1.0-1.2; docs/PERFORMANCE.md, "GlobalMaxPool")
+  if all(o == 1 for _, o in axes):
+    # one window over the whole plane: torch's scan as jaxops.global_max_pool's maximum and
+    # rounds over the contiguous plane, with torch's NaN rule. Planes with an axis past
+    # _AMAX_UNROLLED_TAPS took a variadic reduce one axis at a time (112 x 112 -> 1 on 2x64
+    # planes: 8.7 ms against 1.0-1.2), and shorter planes their per-axis scans, slower than
+    # the rounds since the rounds find positions after them (docs/PERFORMANCE.md,
+    # "GlobalMaxPool" and "GlobalMaxPool: XLA's maximum where it is exact")
     flat = x.reshape(x.shape[:lead] + (-1,))
     best = _max_pool_op._maximum(flat, last_nan=True)
     first = _max_pool_op._rounds(flat, last_nan=True)[1]
