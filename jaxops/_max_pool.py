@@ -802,7 +802,7 @@ _ROUND = 8
 
 # Rows of at most this many elements carry every element's position through the rounds; longer
 # ones find the winner's position after them, level by level from the top (docs/PERFORMANCE.md,
-# "GlobalMaxPool's positions").
+# "GlobalMaxPool: XLA's maximum where it is exact").
 _CARRIED = 7 * _ROUND
 
 
