@@ -542,18 +542,24 @@ def _nan_windows(y: jax.Array, x: jax.Array, *, plan: _MaxPlan,
                   lambda: jnp.where(jnp.isnan(y), _argmax(x, plan)[0], y), lambda: y)
 
 
-def _nan_windows_batch(args: Any, dims: Any, *, plan: _MaxPlan) -> tuple[jax.Array, int]:
-  # the pooled axes are the trailing ones: a batch axis goes first
-  return _nan_windows_p.bind(*batch_first(args, dims), plan=plan), 0
+def _fix_primitive(name: str, fn: Callable[..., jax.Array], param: str) -> Primitive:
+  """A primitive computing ``fn(y, x, *, <param>, partitioned)``, a result of ``y``'s type that
+  fixes some of ``y`` from ``x`` behind a conditional: its lowering passes whether the program
+  is compiled for several devices (where the conditional's predicate would need an
+  all-reduce), and its batching rule moves a batch axis first (the pooled axes, or rows, are
+  the trailing ones), so that the conditional stays one under vmap. ``param`` is static."""
+  prim = Primitive(name)
+  prim.def_impl(jax.jit(fn, static_argnames=(param,)))
+  prim.def_abstract_eval(lambda y, x, **kw: y)
+  mlir.register_lowering(prim, lambda ctx, y, x, **kw: mlir.lower_fun(
+      functools.partial(fn, **kw, partitioned=partitioned(ctx)), multiple_results=False)(
+          ctx, y, x))
+  batching.primitive_batchers[prim] = lambda args, dims, **kw: (
+      prim.bind(*batch_first(args, dims), **kw), 0)
+  return prim
 
 
-_nan_windows_p = Primitive("jaxops_max_pool_nan_windows")
-_nan_windows_p.def_impl(jax.jit(_nan_windows, static_argnames=("plan",)))
-_nan_windows_p.def_abstract_eval(lambda y, x, *, plan: y)
-mlir.register_lowering(_nan_windows_p, lambda ctx, y, x, *, plan: mlir.lower_fun(
-    functools.partial(_nan_windows, plan=plan, partitioned=partitioned(ctx)),
-    multiple_results=False)(ctx, y, x))
-batching.primitive_batchers[_nan_windows_p] = _nan_windows_batch
+_nan_windows_p = _fix_primitive("jaxops_max_pool_nan_windows", _nan_windows, "plan")
 
 
 def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
@@ -922,18 +928,8 @@ def _exact_maxima(m: jax.Array, flat: jax.Array, *, last_nan: bool,
   return fix() if partitioned else lax.cond(any_true(exact), fix, lambda: m)
 
 
-def _exact_maxima_batch(args: Any, dims: Any, *, last_nan: bool) -> tuple[jax.Array, int]:
-  # the rows are the trailing axis: a batch axis goes first, and the conditional stays one
-  return _exact_maxima_p.bind(*batch_first(args, dims), last_nan=last_nan), 0
-
-
-_exact_maxima_p = Primitive("jaxops_global_max_pool_exact_maxima")
-_exact_maxima_p.def_impl(jax.jit(_exact_maxima, static_argnames=("last_nan",)))
-_exact_maxima_p.def_abstract_eval(lambda m, flat, *, last_nan: m)
-mlir.register_lowering(_exact_maxima_p, lambda ctx, m, flat, *, last_nan: mlir.lower_fun(
-    functools.partial(_exact_maxima, last_nan=last_nan, partitioned=partitioned(ctx)),
-    multiple_results=False)(ctx, m, flat))
-batching.primitive_batchers[_exact_maxima_p] = _exact_maxima_batch
+_exact_maxima_p = _fix_primitive("jaxops_global_max_pool_exact_maxima", _exact_maxima,
+                                 "last_nan")
 
 
 @_first_maximum.defjvp
