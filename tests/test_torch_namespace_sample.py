@@ -617,11 +617,11 @@ def test_affine_grid_is_torchs_to_the_bit(dtype):
   it where torch's BLAS fuses each multiply-add as XLA's product does (MKL on the Intel Xeon
   these tests ran on); where it rounds each product instead (MKL on the AMD EPYC: torch's grid
   is then the scalar loop's, computed here in NumPy), apart by those roundings at most
-  (docs/DEVIATIONS.md, jaxops.torch 13). Before, with the exact positions rounded once and XLA's product, grids of
-  random thetas differed by an ulp below the threshold (float32: 96 of 1,600 values on 4 x 5,
-  591 of 5,120 on 8 x 8, 273 of 3,240 on 3 x 3 x 3; none on 32 x 48), and nearest sampling of
-  affine_grid's grids read the neighbouring pixel at half-pixels (542 of 47,591 values over 300
-  random pipelines of scalings and shifts; 0 now)."""
+  (docs/DEVIATIONS.md, jaxops.torch 13). Before, with the exact positions rounded once and
+  XLA's product, grids of random thetas differed by an ulp below the threshold (float32: 96 of
+  1,600 values on 4 x 5, 591 of 5,120 on 8 x 8, 273 of 3,240 on 3 x 3 x 3; none on 32 x 48),
+  and nearest sampling of affine_grid's grids read the neighbouring pixel at half-pixels (542
+  of 47,591 values over 300 random pipelines of scalings and shifts; 0 now)."""
   rng = np.random.default_rng(5408)
   for size in ((2, 1, 4, 5), (2, 1, 8, 8), (1, 1, 3, 3, 3), (1, 1, 20, 24), (1, 1, 7, 6, 9)):
     r = len(size) - 2
@@ -641,12 +641,12 @@ def test_affine_grid_is_torchs_to_the_bit(dtype):
             (size[0],) + (1,) * r + (r,))
         rounded += term
         size_of_terms += np.abs(term)
-      fused = blas and not np.array_equal(rounded, want)
+      # torch's BLAS rounded each product (its grid is the scalar loop's), or fused them
+      unfused = blas and np.array_equal(rounded, want)
       f = lambda t, size=size, ac=ac: F.affine_grid(t, size, align_corners=ac)  # noqa: E731
       for level in (0, 3):
         got = np.asarray(compiled(f, theta, level=level)(theta))
-        if blas and not fused:  # torch's BLAS rounded each product: the scalar loop's grid
-          # apart by the products' roundings at most
+        if unfused:  # apart by the products' roundings at most
           np.testing.assert_array_less(np.abs(got - want),
                                        (r + 1) * np.finfo(dtype).eps * size_of_terms)
         else:
