@@ -29,6 +29,14 @@ import os
 # tests/test_torch_namespace_pool.py ran in 211 s against 232 (user time 391 s against 425).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# JAX writes each equation's Python traceback (up to 100 frames) into the MLIR it lowers, as
+# debug locations that no compiled instruction depends on. Without them, a compile-bound subset
+# (the global pool sweeps, GridSample's order-two checks, RoiAlign's central differences) ran in
+# 51.9 and 54.6 s against 56.1 and 57.7 (docs/PERFORMANCE.md, "The suite's time, a tenth look").
+# setdefault: a session that wants them (debugging a lowering) sets the variables itself.
+os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "0")
+os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
+
 if not os.environ.get("JAXOPS_TEST_XLA_OPT"):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_backend_optimization_level=0").strip()
