@@ -266,19 +266,25 @@ def _needed(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any) 
 
 
 def _taps(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any, k: int,
-          merge: bool) -> tuple[Any, Any, Any]:
-  """Per (roi, bin): the rows an axis reads and their summed weights, ``(R, P, M)`` each, and
-  the count g per roi. Without ``merge`` the rows are the 2 corners of each of the ``k``
-  samples (M = 2k). With ``merge`` (adaptive, uncapped counts only: the g <= k samples of a bin
-  lie within ``g - 1`` of each other, so their lower corners span at most g rows, one more for
-  rounding, and the upper corners one row beyond: ``k + 2``) each row appears once, counted from
-  the lowest one the bin reads, which is cheaper for k above 2."""
+          merge: bool) -> tuple[Any, Any, Any, Any]:
+  """Per (roi, bin): the rows an axis reads and their summed weights, ``(R, P, M)`` each, the
+  count g per roi, and two ``(R, P, M)`` flags: the rows that a counted sample reads, and those
+  it reads with weight 0 (a sample on a pixel's row: its upper corner). Without
+  ``merge`` the rows are the 2 corners of each of the ``k`` samples (M = 2k). With ``merge``
+  (adaptive, uncapped counts only: the g <= k samples of a bin lie within ``g - 1`` of each
+  other, so their lower corners span at most g rows, one more for rounding, and the upper
+  corners one row beyond: ``k + 2``) each row appears once, counted from the lowest one the bin
+  reads, which is cheaper for k above 2. A row no counted sample reads (a merged row past the
+  bin's last sample, a sample past the count g or outside the map) has weight 0 and must add
+  nothing, not 0 times its pixel: an inf there would make the bin NaN (DEVIATIONS RoiAlign 7)."""
   idx, w, _, _, g = _axis(cfg, lo, hi, pooled, length, cdt, k)
   num = idx.shape[0]
+  read = jnp.broadcast_to((w[..., 0] + w[..., 1] > 0)[..., None], w.shape)  # a counted sample
   idx = idx.reshape(num, pooled, 2 * k)
   w = w.reshape(num, pooled, 2 * k)
+  read = read.reshape(num, pooled, 2 * k)
   if not merge or k + 2 >= 2 * k:
-    return idx, w, g
+    return idx, w, g, (read, read & (w == 0))
   m = k + 2
   row0 = jnp.min(jnp.where(w > 0, idx, length), axis=-1, keepdims=True)
   row0 = jnp.minimum(row0, length - 1)
@@ -286,7 +292,8 @@ def _taps(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any, k:
   hit = pos[..., None] == jnp.arange(m, dtype=pos.dtype).reshape(1, 1, 1, m)  # (R, P, 2k, M)
   wm = jnp.sum(jnp.where(hit, w[..., None], 0.0), axis=-2)               # (R, P, M)
   rows = jnp.minimum(row0 + jnp.arange(m, dtype=row0.dtype).reshape(1, 1, m), length - 1)
-  return rows, wm, g
+  hit = hit & read[..., None]
+  return rows, wm, g, (jnp.any(hit, axis=-2), jnp.any(hit & (w == 0)[..., None], axis=-2))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -692,20 +699,34 @@ class _TapSpec:
 
   def tables(self, rois: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Rows and weights per (roi, bin, tap) on each axis, the count folded into ``wy``."""
-    iy, wy, gy = _taps(self.cfg, rois[:, 1], rois[:, 3], self.cfg.out_h, self.h, self.cdt,
-                       self.ky, self.merge)
-    ix, wx, gx = _taps(self.cfg, rois[:, 0], rois[:, 2], self.cfg.out_w, self.w_len, self.cdt,
-                       self.kx, self.merge)
+    iy, wy, gy, _ = self.axes(rois)[0]
+    ix, wx, gx, _ = self.axes(rois)[1]
     return iy, wy / jnp.maximum(gy * gx, 1.0)[:, None, None], ix, wx
+
+  def reads(self, rois: jax.Array) -> tuple[jax.Array, ...]:
+    """Per (roi, bin, tap) on each axis, whether a counted sample reads the row, and whether
+    one reads it with weight 0 (``_taps``): y's two, then x's."""
+    (*_, ry), (*_, rx) = self.axes(rois)
+    return (*ry, *rx)
+
+  def axes(self, rois: jax.Array) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    return (_taps(self.cfg, rois[:, 1], rois[:, 3], self.cfg.out_h, self.h, self.cdt, self.ky,
+                  self.merge),
+            _taps(self.cfg, rois[:, 0], rois[:, 2], self.cfg.out_w, self.w_len, self.cdt,
+                  self.kx, self.merge))
 
 
 def _tap_apply(xt: jax.Array, b: jax.Array, iy: jax.Array, ix: jax.Array,
                pairs: list[tuple[jax.Array, jax.Array]], spec: _TapSpec,
-               remat: bool = False) -> jax.Array:
+               reads: tuple[jax.Array, ...] | None = None, remat: bool = False) -> jax.Array:
   """``(R, P, Q, C)``: the sum over taps of (the sum over ``pairs`` of wy * wx) times ``xt``'s
   row, one gather of channel vectors and a multiply-add per tap, in one fused loop (no (taps, C)
-  intermediate). With ``remat`` the loop's transpose gathers each tap's rows again rather than
-  storing them for every iteration."""
+  intermediate). With ``reads`` (``_TapSpec.reads``), for maps that hold a non-finite pixel, a
+  tap whose row or column no counted sample reads adds 0 whatever its pixel holds, and one
+  that a counted sample reads with weight 0 adds NaN where its pixel is infinite (the sum over
+  the samples has the term 0 * inf there, which the merged rows' summed weight does not). With
+  ``remat`` the loop's transpose gathers each tap's rows again rather than storing them for
+  every iteration."""
   w_len = spec.w_len
   flat = b[:, None, None] * (spec.h * w_len)
   table = xt.reshape(-1, xt.shape[2])
@@ -714,10 +735,18 @@ def _tap_apply(xt: jax.Array, b: jax.Array, iy: jax.Array, ix: jax.Array,
     base = flat + jax.lax.dynamic_index_in_dim(iy, ty, axis=2, keepdims=False)[:, :, None] * w_len
     wy_t = [jax.lax.dynamic_index_in_dim(wy, ty, axis=2, keepdims=False)[:, :, None]
             for wy, _ in pairs]
+    ry, zy = ((None, None) if reads is None else
+              (jax.lax.dynamic_index_in_dim(t, ty, axis=2, keepdims=False)[:, :, None]
+               for t in reads[:2]))
     for tx in range(ix.shape[2]):
       wt = functools.reduce(operator.add,
                             [a * wx[:, None, :, tx] for a, (_, wx) in zip(wy_t, pairs)])
-      term = wt[..., None] * table.at[base + ix[:, None, :, tx]].get(mode="promise_in_bounds")
+      pixel = table.at[base + ix[:, None, :, tx]].get(mode="promise_in_bounds")
+      term = wt[..., None] * pixel
+      if reads is not None:
+        rx, zx = (t[:, None, :, tx, None] for t in reads[2:])
+        term = jnp.where(ry[..., None] & rx, term + jnp.where(zy[..., None] | zx, pixel - pixel,
+                                                              0), 0)
       acc = acc + term
     return acc
 
@@ -730,7 +759,19 @@ def _tap_apply(xt: jax.Array, b: jax.Array, iy: jax.Array, ix: jax.Array,
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
 def _tap_sums(xt: jax.Array, rois: jax.Array, b: jax.Array, spec: _TapSpec) -> jax.Array:
   iy, wy, ix, wx = spec.tables(rois)
-  return _tap_apply(xt, b, iy, ix, [(wy, wx)], spec)
+  return _tap_out(xt, rois, b, iy, wy, ix, wx, spec)
+
+
+def _tap_out(xt: jax.Array, rois: jax.Array, b: jax.Array, iy: jax.Array, wy: jax.Array,
+             ix: jax.Array, wx: jax.Array, spec: _TapSpec) -> jax.Array:
+  """The tap plan's bins. With adaptive counts a bin reads rows and samples that it does not
+  count, with weight 0: where the map holds a non-finite pixel, those are masked (a
+  conditional; with a fixed sampling_ratio every sample counts, DEVIATIONS RoiAlign 7)."""
+  if spec.cfg.sampling_ratio > 0:
+    return _tap_apply(xt, b, iy, ix, [(wy, wx)], spec)
+  return jax.lax.cond(_checks.any_true(~jnp.isfinite(xt)),
+                      lambda: _tap_apply(xt, b, iy, ix, [(wy, wx)], spec, spec.reads(rois)),
+                      lambda: _tap_apply(xt, b, iy, ix, [(wy, wx)], spec))
 
 
 def _tap_sums_jvp(spec: _TapSpec, primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
@@ -746,10 +787,15 @@ def _tap_sums_jvp(spec: _TapSpec, primals: Any, tangents: Any) -> tuple[jax.Arra
   boxes = type(drois) is not SymbolicZero
   (iy, wy, ix, wx), (_, dwy, _, dwx) = (jax.jvp(spec.tables, (rois,), (drois,)) if boxes else
                                         (spec.tables(rois), (None,) * 4))
-  out = _tap_apply(xt, b, iy, ix, [(wy, wx)], spec)
+  out = _tap_out(xt, rois, b, iy, wy, ix, wx, spec)
   dout = jnp.zeros_like(out)
   if boxes:
-    dout = _tap_apply(xt, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
+    if spec.cfg.sampling_ratio > 0:
+      dout = _tap_apply(xt, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
+    else:  # as the dense plan's: of the finite pixels, none where the bin is not finite
+      finite = jnp.where(jnp.isfinite(xt), xt, 0)
+      dout = _tap_apply(finite, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
+      dout = jnp.where(jnp.isfinite(out), dout, 0)
   if type(dxt) is not SymbolicZero:
     dout = dout + _tap_apply(dxt, b, iy, ix, [(wy, wx)], spec)
   return out, dout
@@ -777,7 +823,14 @@ def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
             + ix.reshape(num, 1, cfg.out_w, 1, 2 * kx, 1))[..., 0]         # (R, P, Q, 2K, 2K)
     wts = wy.reshape(num, cfg.out_h, 1, 2 * ky, 1) * wx.reshape(num, 1, cfg.out_w, 1, 2 * kx)
     rows = _rows(xt, b, flat.reshape(num, -1)).reshape(*flat.shape, c)
-    out = jnp.sum(wts[..., None] * rows, axis=(3, 4))
+    terms = wts[..., None] * rows
+    if cfg.sampling_ratio == 0:  # the samples past a bin's count, or outside the map, add 0
+      ry, rx = ((jnp.sum(v, axis=-1, keepdims=True) > 0) for v in (wy, wx))  # (R, P, K, 1)
+      read = (ry.reshape(num, cfg.out_h, 1, ky, 1, 1, 1, 1) &
+              rx.reshape(num, 1, cfg.out_w, 1, 1, kx, 1, 1))
+      terms = jnp.where(read, terms.reshape(*terms.shape[:3], ky, 2, kx, 2, c), 0)
+      terms = terms.reshape(*flat.shape, c)
+    out = jnp.sum(terms, axis=(3, 4))
   else:
     ay = _dense(iy, wy, h)                                                  # (R, P, H)
     ax = _dense(ix, wx, w_len)                                              # (R, Q, W)
