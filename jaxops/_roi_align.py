@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import operator
 from typing import Any
 
@@ -586,9 +587,19 @@ _MAX_TAPS = 64
 # against it, 512 boxes, 7x7, 2x256x50x68: 0.15 of its time with 1 sample per bin, 0.48 with
 # 4, 1.0 with 9, 1.5 with 16).
 _MAX_DERIVATIVE_SAMPLES = 4
-# Samples per bin and axis of the adaptive ladder's rungs (those within _MAX_TAPS are kept):
-# each rung compiles its own loop, so the ladder is sparse.
-_RUNGS = (1, 2, 4, 6)
+# Samples per bin and axis of the adaptive ladder's rungs (those within _MAX_RUNG_TAPS and below
+# the map's bound are kept): each rung compiles its own loop, so the ladder is sparse. Rungs 12
+# and 24 serve large boxes on fine maps (FPN's stride 4), which the general plan's dense
+# contraction over the whole image took 15 times as long as they do (docs/PERFORMANCE.md).
+_RUNGS = (1, 2, 4, 6, 12, 24)
+# The ladder's rungs read at most this many (row, column) pairs per bin (26 x 26 for 24
+# samples per axis merged); the tap plan of a fixed sampling_ratio keeps _MAX_TAPS.
+_MAX_RUNG_TAPS = 26 * 26
+# The tap plan's loop takes the x taps of one y tap in groups of this many.
+_X_GROUP = 8
+# The tap plan's derivative in the map keeps each tap's weight and row number for its
+# transpose up to this many bytes a chunk; beyond, it recomputes them.
+_KEPT_BYTES = 16 << 20
 # Rois per chunk of the tap plan: each chunk's (rois, P, Q, C) result stays about this size.
 _CHUNK_BYTES = 2 << 20
 # Calls with fewer output elements keep the general plan: it compiles faster, and on outputs
@@ -628,7 +639,7 @@ def _tap_plan(cfg: _Config, n: int, num: int, c: int, h: int, w_len: int, cdt: A
     return lambda xt, rois, b: _chunked(functools.partial(body, xt), rois, b, chunk)
   merge = cfg.max_sampling_ratio is None
   ladder = [k for k in _RUNGS if k < max(ky_max, kx_max)
-            and _merged(min(k, ky_max), merge) * _merged(min(k, kx_max), merge) <= _MAX_TAPS]
+            and _merged(min(k, ky_max), merge) * _merged(min(k, kx_max), merge) <= _MAX_RUNG_TAPS]
   if not ladder:
     return None
   general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
@@ -731,29 +742,51 @@ def _tap_apply(xt: jax.Array, b: jax.Array, iy: jax.Array, ix: jax.Array,
   flat = b[:, None, None] * (spec.h * w_len)
   table = xt.reshape(-1, xt.shape[2])
 
-  def row(ty: Any, acc: Any) -> Any:  # the rows of one y tap: the x taps in one fused loop
-    base = flat + jax.lax.dynamic_index_in_dim(iy, ty, axis=2, keepdims=False)[:, :, None] * w_len
-    wy_t = [jax.lax.dynamic_index_in_dim(wy, ty, axis=2, keepdims=False)[:, :, None]
-            for wy, _ in pairs]
-    ry, zy = ((None, None) if reads is None else
-              (jax.lax.dynamic_index_in_dim(t, ty, axis=2, keepdims=False)[:, :, None]
-               for t in reads[:2]))
-    for tx in range(ix.shape[2]):
-      wt = functools.reduce(operator.add,
-                            [a * wx[:, None, :, tx] for a, (_, wx) in zip(wy_t, pairs)])
-      pixel = table.at[base + ix[:, None, :, tx]].get(mode="promise_in_bounds")
+  # x taps in groups of at most _X_GROUP (the last one filled with taps of weight 0 that no
+  # sample reads): each iteration of the loop is one y tap and one group, so that the loop's
+  # body, compiled once per rung and pass, does not grow with the rung
+  nx = ix.shape[2]
+  group = min(nx, _X_GROUP)
+  groups = -(-nx // group)
+  fill = [(0, 0)] * 2 + [(0, groups * group - nx)]
+  ix = jnp.pad(ix, fill)
+  pairs = [(wy, jnp.pad(wx, fill)) for wy, wx in pairs]
+  if reads is not None:
+    reads = (*reads[:2], *(jnp.pad(t, fill) for t in reads[2:]))
+
+  def step(i: Any, acc: Any) -> Any:  # one y tap and a group of x taps: one fused loop
+    ty, gx = (i // groups, (i % groups) * group) if groups > 1 else (i, 0)
+
+    def at_y(t: jax.Array) -> jax.Array:
+      return jax.lax.dynamic_index_in_dim(t, ty, axis=2, keepdims=False)[:, :, None]
+
+    def at_x(t: jax.Array) -> jax.Array:
+      return t if groups == 1 else jax.lax.dynamic_slice_in_dim(t, gx, group, axis=2)
+
+    base = flat + at_y(iy) * w_len
+    wy_t = [at_y(wy) for wy, _ in pairs]
+    wx_g = [at_x(wx) for _, wx in pairs]
+    ix_g = at_x(ix)
+    ry: Any
+    zy: Any
+    rx_g: Any
+    zx_g: Any
+    ry, zy = (None, None) if reads is None else (at_y(t)[..., None] for t in reads[:2])
+    rx_g, zx_g = (None, None) if reads is None else (at_x(t) for t in reads[2:])
+    for tx in range(group):
+      wt = functools.reduce(operator.add, [a * wx[:, None, :, tx] for a, wx in zip(wy_t, wx_g)])
+      pixel = table.at[base + ix_g[:, None, :, tx]].get(mode="promise_in_bounds")
       term = wt[..., None] * pixel
       if reads is not None:
-        rx, zx = (t[:, None, :, tx, None] for t in reads[2:])
-        term = jnp.where(ry[..., None] & rx, term + jnp.where(zy[..., None] | zx, pixel - pixel,
-                                                              0), 0)
+        rx, zx = rx_g[:, None, :, tx, None], zx_g[:, None, :, tx, None]
+        term = jnp.where(ry & rx, term + jnp.where(zy | zx, pixel - pixel, 0), 0)
       acc = acc + term
     return acc
 
   # (the first row in the loop too: peeled off, its weights were recomputed inside its fused
   # multiply-adds and, in the transpose, inside its scatters' operands)
   acc = jnp.zeros((*iy.shape[:2], ix.shape[1], xt.shape[2]), xt.dtype)
-  return jax.lax.fori_loop(0, iy.shape[2], jax.checkpoint(row) if remat else row, acc)
+  return jax.lax.fori_loop(0, iy.shape[2] * groups, jax.checkpoint(step) if remat else step, acc)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
@@ -765,13 +798,19 @@ def _tap_sums(xt: jax.Array, rois: jax.Array, b: jax.Array, spec: _TapSpec) -> j
 def _tap_out(xt: jax.Array, rois: jax.Array, b: jax.Array, iy: jax.Array, wy: jax.Array,
              ix: jax.Array, wx: jax.Array, spec: _TapSpec) -> jax.Array:
   """The tap plan's bins. With adaptive counts a bin reads rows and samples that it does not
-  count, with weight 0: where the map holds a non-finite pixel, those are masked (a
-  conditional; with a fixed sampling_ratio every sample counts, DEVIATIONS RoiAlign 7)."""
+  count, with weight 0, and 0 * inf is NaN: bins that come out non-finite are computed again
+  with those taps masked (``_tap_apply``'s ``reads``), behind a conditional on there being
+  any, so that on finite maps the loop runs as it is, outside a conditional's branch (with a
+  fixed sampling_ratio every sample counts: DEVIATIONS RoiAlign 7)."""
+  out = _tap_apply(xt, b, iy, ix, [(wy, wx)], spec)
   if spec.cfg.sampling_ratio > 0:
-    return _tap_apply(xt, b, iy, ix, [(wy, wx)], spec)
-  return jax.lax.cond(_checks.any_true(~jnp.isfinite(xt)),
-                      lambda: _tap_apply(xt, b, iy, ix, [(wy, wx)], spec, spec.reads(rois)),
-                      lambda: _tap_apply(xt, b, iy, ix, [(wy, wx)], spec))
+    return out
+  finite = jnp.isfinite(out)
+
+  def exact() -> jax.Array:
+    return jnp.where(finite, out, _tap_apply(xt, b, iy, ix, [(wy, wx)], spec, spec.reads(rois)))
+
+  return jax.lax.cond(_checks.any_true(~finite), exact, lambda: out)
 
 
 def _tap_sums_jvp(spec: _TapSpec, primals: Any, tangents: Any) -> tuple[jax.Array, jax.Array]:
@@ -797,7 +836,11 @@ def _tap_sums_jvp(spec: _TapSpec, primals: Any, tangents: Any) -> tuple[jax.Arra
       dout = _tap_apply(finite, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
       dout = jnp.where(jnp.isfinite(out), dout, 0)
   if type(dxt) is not SymbolicZero:
-    dout = dout + _tap_apply(dxt, b, iy, ix, [(wy, wx)], spec)
+    # the transpose keeps every tap's weight and row number (8 bytes a tap and bin), unless
+    # that is more than _KEPT_BYTES (rung 24's 676 taps on a chunk of 167 boxes of 64
+    # channels: 44 MB): then it recomputes them, which took about twice as long
+    kept = 8 * math.prod(iy.shape) * math.prod(ix.shape[1:])
+    dout = dout + _tap_apply(dxt, b, iy, ix, [(wy, wx)], spec, remat=kept > _KEPT_BYTES)
   return out, dout
 
 

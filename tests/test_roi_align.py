@@ -197,7 +197,7 @@ def test_non_finite_pixels_reach_only_the_bins_that_read_them():
   assert non_finite > 0  # some bins do read the non-finite pixels
 
 
-@pytest.mark.parametrize("plan", ["tap plan", "gathers"])
+@pytest.mark.parametrize("plan", ["tap plan", "tap plan, rungs of 12 and 24", "gathers"])
 def test_non_finite_pixels_reach_only_the_bins_that_read_them_on_every_plan(plan):
   """The same rule on the plans of larger calls with adaptive counts. The tap plan (calls of
   _MIN_ELEMENTS outputs or more) reads, per bin, a static number of rows and columns: the merged
@@ -211,16 +211,23 @@ def test_non_finite_pixels_reach_only_the_bins_that_read_them_on_every_plan(plan
   rng = np.random.default_rng(47)
   if plan == "tap plan":
     shape, num, kw = (1, 4, 40, 40), 400, dict(output_height=7, output_width=7)
-  else:
+  elif plan == "gathers":
     shape, num, kw = (8, 3, 12, 14), 24, dict(output_height=1, output_width=1)
+  else:  # boxes whose counts are 7 to 13 per axis
+    shape, num, kw = (1, 2, 100, 100), 700, dict(output_height=7, output_width=7)
   assert (num * kw["output_height"] * kw["output_width"] * shape[1]
-          >= _roi_align._MIN_ELEMENTS) == (plan == "tap plan")
+          >= _roi_align._MIN_ELEMENTS) == (plan != "gathers")
   x = rng.standard_normal(shape).astype(np.float32)
   h, w = shape[2:]
   for value in (np.inf, -np.inf, np.nan, np.inf, -np.inf, np.inf):
     x[int(rng.integers(0, shape[0])), :, int(rng.integers(1, h)), int(rng.integers(1, w))] = value
-  lo = rng.uniform(0, [w / 2, h / 2], (num, 2))
-  rois = np.concatenate([lo, lo + rng.uniform(1, [w / 2 - 1, h / 2 - 1], (num, 2))], 1)
+  if plan.startswith("tap plan,"):
+    side = rng.uniform(7 * 6.5, 7 * 13, (num, 1))
+    lo = rng.uniform(0, 1, (num, 2)) * (np.array([w, h]) - side)
+    rois = np.concatenate([lo, lo + side], 1)
+  else:
+    lo = rng.uniform(0, [w / 2, h / 2], (num, 2))
+    rois = np.concatenate([lo, lo + rng.uniform(1, [w / 2 - 1, h / 2 - 1], (num, 2))], 1)
   rois = rois.astype(np.float32)
   b = rng.integers(0, shape[0], num)
   kw = dict(kw, mode="avg", sampling_ratio=0)
@@ -536,24 +543,27 @@ def test_max_mode_adaptive_gradient_costs_the_output_not_the_static_bound():
 def test_tap_plan_gradients_against_central_differences_float64():
   # Large enough for the tap plan (_roi_align._MIN_ELEMENTS), in several chunks: the fixed ratio
   # differentiates the chunked tap loop; with adaptive counts the boxes, sorted by the samples
-  # they need, fill chunks of every rung of the ladder (1, 2, up to 4, up to 6) and of the
-  # general plan (more than 6), each chunk differentiated by its own branch.
+  # they need, fill chunks of every rung of the ladder this map has (1, 2, up to 4, up to 6, up
+  # to 12: 14 rows and columns per bin, its x taps in two groups) and of the general plan (more
+  # than 12), each chunk differentiated by its own branch.
   rng = np.random.default_rng(5)
   c, num = 64, 450
   assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
+  assert _roi_align._RUNGS[:5] == (1, 2, 4, 6, 12) and _roi_align._X_GROUP < 14
   chunk = _roi_align._CHUNK_BYTES // (7 * 7 * c * 8)
   x = rng.standard_normal((2, c, 12, 10))
-  # box sides (in pixels) whose adaptive counts ceil(side / 7) are 1, 2, 3-4, 5-6 and 7-9, 90
-  # boxes each, both sides of a box in the same class
-  lo, hi = np.repeat([[0.5, 7], [7.5, 14], [14.5, 28], [28.5, 42], [42.5, 63]], 90, axis=0).T
+  # box sides (in pixels) whose adaptive counts ceil(side / 7) are 1, 2, 3-4, 5-6, 7-12 and
+  # 13-15 (the bound: 12 + 3 rows), 75 boxes each, both sides of a box in the same class
+  lo, hi = np.repeat([[0.5, 7], [7.5, 14], [14.5, 28], [28.5, 42], [42.5, 84], [84.5, 105]], 75,
+                     axis=0).T
   size = rng.uniform(lo[:, None], hi[:, None], (num, 2))
   # the chunks as _chunked cuts the sorted boxes, and the rung each takes (inf: general plan)
   need = np.sort(np.ceil(size.max(axis=1) / 7))
   steps = -(-num // chunk)
   per = -(-num // steps)
-  rungs = {min([k for k in (1, 2, 4, 6) if k >= need[i:i + per].max()], default=np.inf)
+  rungs = {min([k for k in (1, 2, 4, 6, 12) if k >= need[i:i + per].max()], default=np.inf)
            for i in range(0, num, per)}
-  assert rungs == {1, 2, 4, 6, np.inf}
+  assert rungs == {1, 2, 4, 6, 12, np.inf}
   start = rng.uniform(-4, 8, (num, 2))
   rois = np.concatenate([start, start + size], axis=1)
   b = rng.integers(0, 2, num)
