@@ -710,8 +710,7 @@ class _TapSpec:
 
   def tables(self, rois: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Rows and weights per (roi, bin, tap) on each axis, the count folded into ``wy``."""
-    iy, wy, gy, _ = self.axes(rois)[0]
-    ix, wx, gx, _ = self.axes(rois)[1]
+    (iy, wy, gy, _), (ix, wx, gx, _) = self.axes(rois)
     return iy, wy / jnp.maximum(gy * gx, 1.0)[:, None, None], ix, wx
 
   def reads(self, rois: jax.Array) -> tuple[jax.Array, ...]:
@@ -721,6 +720,7 @@ class _TapSpec:
     return (*ry, *rx)
 
   def axes(self, rois: jax.Array) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``_taps`` of the y axis, then of the x axis."""
     return (_taps(self.cfg, rois[:, 1], rois[:, 3], self.cfg.out_h, self.h, self.cdt, self.ky,
                   self.merge),
             _taps(self.cfg, rois[:, 0], rois[:, 2], self.cfg.out_w, self.w_len, self.cdt,
