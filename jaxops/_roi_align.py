@@ -260,6 +260,13 @@ def _axis(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any,
   return idx, w, valid, some_out, g
 
 
+def _counted(w: Any) -> Any:
+  """Per (roi, bin, sample) of ``_axis``' (R, P, K, 2) tap weights: whether the bin counts the
+  sample (an uncounted one, past the count g or outside the map, has both weights 0; a counted
+  one weights summing to 1)."""
+  return w[..., 0] + w[..., 1] > 0
+
+
 def _needed(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any) -> Any:
   """Per roi: the samples per bin that ``_axis`` must evaluate for this box (at most
   ``_samples_per_axis``): its count g, capped by that bound."""
@@ -280,7 +287,7 @@ def _taps(cfg: _Config, lo: Any, hi: Any, pooled: int, length: int, cdt: Any, k:
   nothing, not 0 times its pixel: an inf there would make the bin NaN (DEVIATIONS RoiAlign 7)."""
   idx, w, _, _, g = _axis(cfg, lo, hi, pooled, length, cdt, k)
   num = idx.shape[0]
-  read = jnp.broadcast_to((w[..., 0] + w[..., 1] > 0)[..., None], w.shape)  # a counted sample
+  read = jnp.broadcast_to(_counted(w)[..., None], w.shape)
   idx = idx.reshape(num, pooled, 2 * k)
   w = w.reshape(num, pooled, 2 * k)
   read = read.reshape(num, pooled, 2 * k)
@@ -748,11 +755,12 @@ def _tap_apply(xt: jax.Array, b: jax.Array, iy: jax.Array, ix: jax.Array,
   nx = ix.shape[2]
   group = min(nx, _X_GROUP)
   groups = -(-nx // group)
-  fill = [(0, 0)] * 2 + [(0, groups * group - nx)]
-  ix = jnp.pad(ix, fill)
-  pairs = [(wy, jnp.pad(wx, fill)) for wy, wx in pairs]
-  if reads is not None:
-    reads = (*reads[:2], *(jnp.pad(t, fill) for t in reads[2:]))
+  if groups * group > nx:
+    fill = [(0, 0)] * 2 + [(0, groups * group - nx)]
+    ix = jnp.pad(ix, fill)
+    pairs = [(wy, jnp.pad(wx, fill)) for wy, wx in pairs]
+    if reads is not None:
+      reads = (*reads[:2], *(jnp.pad(t, fill) for t in reads[2:]))
 
   def step(i: Any, acc: Any) -> Any:  # one y tap and a group of x taps: one fused loop
     ty, gx = (i // groups, (i % groups) * group) if groups > 1 else (i, 0)
@@ -767,12 +775,9 @@ def _tap_apply(xt: jax.Array, b: jax.Array, iy: jax.Array, ix: jax.Array,
     wy_t = [at_y(wy) for wy, _ in pairs]
     wx_g = [at_x(wx) for _, wx in pairs]
     ix_g = at_x(ix)
-    ry: Any
-    zy: Any
-    rx_g: Any
-    zx_g: Any
-    ry, zy = (None, None) if reads is None else (at_y(t)[..., None] for t in reads[:2])
-    rx_g, zx_g = (None, None) if reads is None else (at_x(t) for t in reads[2:])
+    if reads is not None:
+      ry, zy = (at_y(t)[..., None] for t in reads[:2])
+      rx_g, zx_g = (at_x(t) for t in reads[2:])
     for tx in range(group):
       wt = functools.reduce(operator.add, [a * wx[:, None, :, tx] for a, wx in zip(wy_t, wx_g)])
       pixel = table.at[base + ix_g[:, None, :, tx]].get(mode="promise_in_bounds")
@@ -832,8 +837,8 @@ def _tap_sums_jvp(spec: _TapSpec, primals: Any, tangents: Any) -> tuple[jax.Arra
     if spec.cfg.sampling_ratio > 0:
       dout = _tap_apply(xt, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
     else:  # as the dense plan's: of the finite pixels, none where the bin is not finite
-      finite = jnp.where(jnp.isfinite(xt), xt, 0)
-      dout = _tap_apply(finite, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
+      xt_finite = jnp.where(jnp.isfinite(xt), xt, 0)
+      dout = _tap_apply(xt_finite, b, iy, ix, [(dwy, wx), (wy, dwx)], spec, remat=True)
       dout = jnp.where(jnp.isfinite(out), dout, 0)
   if type(dxt) is not SymbolicZero:
     # the transpose keeps every tap's weight and row number (8 bytes a tap and bin), unless
@@ -868,9 +873,8 @@ def _avg_general(xt: jax.Array, rois: jax.Array, b: jax.Array, *, cfg: _Config, 
     rows = _rows(xt, b, flat.reshape(num, -1)).reshape(*flat.shape, c)
     terms = wts[..., None] * rows
     if cfg.sampling_ratio == 0:  # the samples past a bin's count, or outside the map, add 0
-      ry, rx = ((jnp.sum(v, axis=-1, keepdims=True) > 0) for v in (wy, wx))  # (R, P, K, 1)
-      read = (ry.reshape(num, cfg.out_h, 1, ky, 1, 1, 1, 1) &
-              rx.reshape(num, 1, cfg.out_w, 1, 1, kx, 1, 1))
+      read = (_counted(wy).reshape(num, cfg.out_h, 1, ky, 1, 1, 1, 1) &
+              _counted(wx).reshape(num, 1, cfg.out_w, 1, 1, kx, 1, 1))
       terms = jnp.where(read, terms.reshape(*terms.shape[:3], ky, 2, kx, 2, c), 0)
       terms = terms.reshape(*flat.shape, c)
     out = jnp.sum(terms, axis=(3, 4))
@@ -958,7 +962,7 @@ def _touched(idx: jax.Array, w: jax.Array, length: int, cdt: Any
   """(R, P, length) indicators (0 or 1, of ``cdt``) of the pixels that the used samples' two
   taps (``_axis``: an unused sample has both weights 0, a used one weights summing to 1) read:
   at all, with weight 0, and with a positive weight."""
-  used = (w[..., 0] + w[..., 1] > 0)[..., None, None]                     # (R, P, K, 1, 1)
+  used = _counted(w)[..., None, None]                                     # (R, P, K, 1, 1)
   pixels = jnp.arange(length, dtype=idx.dtype).reshape((1,) * idx.ndim + (length,))
   hit = (idx[..., None] == pixels) & used                                # (R, P, K, 2, L)
   zero = (w == 0)[..., None]
