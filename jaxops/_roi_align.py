@@ -594,10 +594,10 @@ _MAX_TAPS = 64
 # against it, 512 boxes, 7x7, 2x256x50x68: 0.15 of its time with 1 sample per bin, 0.48 with
 # 4, 1.0 with 9, 1.5 with 16).
 _MAX_DERIVATIVE_SAMPLES = 4
-# Samples per bin and axis of the adaptive ladder's rungs (those within _MAX_RUNG_TAPS and below
-# the map's bound are kept): each rung compiles its own loop, so the ladder is sparse. Rungs 12
-# and 24 serve large boxes on fine maps (FPN's stride 4), which the general plan's dense
-# contraction over the whole image took 15 times as long as they do (docs/PERFORMANCE.md).
+# Samples per bin and axis of the adaptive ladder's rungs (``_ladder`` keeps those a map's boxes
+# can use): each rung compiles its own loop, so the ladder is sparse. Rungs 12 and 24 serve
+# large boxes on fine maps (FPN's stride 4), which the general plan's dense contraction over the
+# whole image took 15 times as long as they do (docs/PERFORMANCE.md).
 _RUNGS = (1, 2, 4, 6, 12, 24)
 # The ladder's rungs read at most this many (row, column) pairs per bin (26 x 26 for 24
 # samples per axis merged); the tap plan of a fixed sampling_ratio keeps _MAX_TAPS.
@@ -645,8 +645,7 @@ def _tap_plan(cfg: _Config, n: int, num: int, c: int, h: int, w_len: int, cdt: A
                              kx=kx_max, merge=False)
     return lambda xt, rois, b: _chunked(functools.partial(body, xt), rois, b, chunk)
   merge = cfg.max_sampling_ratio is None
-  ladder = [k for k in _RUNGS if k < max(ky_max, kx_max)
-            and _merged(min(k, ky_max), merge) * _merged(min(k, kx_max), merge) <= _MAX_RUNG_TAPS]
+  ladder = _ladder(cfg, h, w_len)
   if not ladder:
     return None
   general = functools.partial(_avg_general, cfg=cfg, h=h, w_len=w_len, cdt=cdt)
@@ -675,6 +674,22 @@ def _tap_plan(cfg: _Config, n: int, num: int, c: int, h: int, w_len: int, cdt: A
     return out[jnp.argsort(order)]
 
   return ladder_plan
+
+
+def _ladder(cfg: _Config, h: int, w_len: int) -> list[int]:
+  """The adaptive tap plan's rungs (samples per bin and axis) on an ``h x w_len`` map: those of
+  ``_RUNGS`` below the map's bound whose bins read at most ``_MAX_RUNG_TAPS`` (row, column)
+  pairs, up to the first that serves every box inside the map. Such a box needs at most
+  ceil(length / pooled) samples a bin on an axis (one more allows for rounding); each rung is
+  compiled, so the bins of boxes far past the map's edges take the general plan instead of
+  rungs that only they would use (on the benchmark's 50 x 68 map, rung 24 was about a fifth of
+  the gradient's compile time: docs/PERFORMANCE.md)."""
+  ky_max, kx_max = _samples_per_axis(cfg, h), _samples_per_axis(cfg, w_len)
+  merge = cfg.max_sampling_ratio is None
+  ladder = [k for k in _RUNGS if k < max(ky_max, kx_max)
+            and _merged(min(k, ky_max), merge) * _merged(min(k, kx_max), merge) <= _MAX_RUNG_TAPS]
+  inside = max(-(-h // cfg.out_h), -(-w_len // cfg.out_w)) + 1
+  return [k for i, k in enumerate(ladder) if i == 0 or ladder[i - 1] < inside]
 
 
 def _merged(k: int, merge: bool) -> int:

@@ -547,14 +547,16 @@ def test_tap_plan_gradients_against_central_differences_float64():
   # Large enough for the tap plan (_roi_align._MIN_ELEMENTS), in several chunks: the fixed ratio
   # differentiates the chunked tap loop; with adaptive counts the boxes, sorted by the samples
   # they need, fill chunks of every rung of the ladder this map has (1, 2, up to 4, up to 6, up
-  # to 12: 14 rows and columns per bin, its x taps in two groups) and of the general plan (more
-  # than 12), each chunk differentiated by its own branch.
+  # to 12: 14 rows and columns per bin, its x taps in two groups; a map 36 wide, whose boxes
+  # need up to 6 samples a bin, so the ladder ends at 12) and of the general plan (more than
+  # 12), each chunk differentiated by its own branch.
   rng = np.random.default_rng(5)
   c, num = 64, 450
   assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
-  assert _roi_align._RUNGS[:5] == (1, 2, 4, 6, 12) and _roi_align._X_GROUP < 14
+  cfg = _roi_align._config("avg", 7, 7, 0, 1.0, "half_pixel", None, False)
+  assert _roi_align._ladder(cfg, 12, 36) == [1, 2, 4, 6, 12] and _roi_align._X_GROUP < 14
   chunk = _roi_align._CHUNK_BYTES // (7 * 7 * c * 8)
-  x = rng.standard_normal((2, c, 12, 10))
+  x = rng.standard_normal((2, c, 12, 36))
   # box sides (in pixels) whose adaptive counts ceil(side / 7) are 1, 2, 3-4, 5-6, 7-12 and
   # 13-15 (the bound: 12 + 3 rows), 75 boxes each, both sides of a box in the same class
   lo, hi = np.repeat([[0.5, 7], [7.5, 14], [14.5, 28], [28.5, 42], [42.5, 84], [84.5, 105]], 75,
@@ -578,6 +580,22 @@ def test_tap_plan_gradients_against_central_differences_float64():
     f = lambda v, r, s=sampling_ratio: jaxops.roi_align(  # noqa: E731
         v, r, b, output_height=7, output_width=7, sampling_ratio=s)
     check_grads(f, (x, rois), order=1, modes=("rev",), eps=1e-6)
+
+
+def test_ladder_ends_at_the_first_rung_that_serves_the_boxes_inside_the_map():
+  """Each rung of the adaptive ladder is compiled (forward, non-finite fix, both tangents), so a
+  map keeps the rungs up to the first one that serves a box spanning the whole map,
+  ceil(length / pooled) samples a bin plus one; bins of boxes far past the map's edges take the
+  general plan (their values: test_roi_align_differential's sweeps, whose boxes reach past the
+  ladder's top rung). The benchmark's map, FPN's finest level, a small map, a capped count."""
+  cfg = _roi_align._config("avg", 7, 7, 0, 1.0, "half_pixel", None, False)
+  assert _roi_align._ladder(cfg, 50, 68) == [1, 2, 4, 6, 12]  # 10 + 1 samples: rung 12
+  assert _roi_align._ladder(cfg, 200, 272) == [1, 2, 4, 6, 12, 24]  # 39 + 1: every rung
+  assert _roi_align._ladder(cfg, 12, 10) == [1, 2, 4]
+  assert _roi_align._ladder(cfg, 42, 42) == [1, 2, 4, 6, 12]  # 6 + 1: rung 6 is not enough
+  assert _roi_align._ladder(cfg, 35, 35) == [1, 2, 4, 6]
+  capped = _roi_align._config("avg", 7, 7, 0, 1.0, "half_pixel", 3, False)
+  assert _roi_align._ladder(capped, 200, 272) == [1, 2]  # below the cap's bound of 4 samples
 
 
 def test_avg_adaptive_gradient_costs_chunks_not_every_box_at_once():
