@@ -547,9 +547,9 @@ def test_tap_plan_gradients_against_central_differences_float64():
   # Large enough for the tap plan (_roi_align._MIN_ELEMENTS), in several chunks: the fixed ratio
   # differentiates the chunked tap loop; with adaptive counts the boxes, sorted by the samples
   # they need, fill chunks of every rung of the ladder this map has (1, 2, up to 4, up to 6, up
-  # to 12: 14 rows and columns per bin, its x taps in two groups; a map 36 wide, whose boxes
-  # need up to 6 samples a bin, so the ladder ends at 12) and of the general plan (more than
-  # 12), each chunk differentiated by its own branch.
+  # to 12: 14 rows and columns per bin, its x taps in two groups; the map is 36 wide, where a
+  # box spanning it needs 6 samples a bin, so that the ladder goes on to 12) and of the general
+  # plan (more than 12), each chunk differentiated by its own branch.
   rng = np.random.default_rng(5)
   c, num = 64, 450
   assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
