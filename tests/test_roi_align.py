@@ -554,11 +554,12 @@ def test_tap_plan_gradients_against_central_differences_float64():
   c, num = 64, 450
   assert num * 7 * 7 * c >= _roi_align._MIN_ELEMENTS
   cfg = _roi_align._config("avg", 7, 7, 0, 1.0, "half_pixel", None, False)
-  assert _roi_align._ladder(cfg, 12, 36) == [1, 2, 4, 6, 12] and _roi_align._X_GROUP < 14
+  ladder = _roi_align._ladder(cfg, 12, 36)
+  assert ladder == [1, 2, 4, 6, 12] and _roi_align._X_GROUP < 14
   chunk = _roi_align._CHUNK_BYTES // (7 * 7 * c * 8)
   x = rng.standard_normal((2, c, 12, 36))
   # box sides (in pixels) whose adaptive counts ceil(side / 7) are 1, 2, 3-4, 5-6, 7-12 and
-  # 13-15 (the bound: 12 + 3 rows), 75 boxes each, both sides of a box in the same class
+  # 13-15 (sides up to 105), 75 boxes each, both sides of a box in the same class
   lo, hi = np.repeat([[0.5, 7], [7.5, 14], [14.5, 28], [28.5, 42], [42.5, 84], [84.5, 105]], 75,
                      axis=0).T
   size = rng.uniform(lo[:, None], hi[:, None], (num, 2))
@@ -566,7 +567,7 @@ def test_tap_plan_gradients_against_central_differences_float64():
   need = np.sort(np.ceil(size.max(axis=1) / 7))
   steps = -(-num // chunk)
   per = -(-num // steps)
-  rungs = {min([k for k in (1, 2, 4, 6, 12) if k >= need[i:i + per].max()], default=np.inf)
+  rungs = {min([k for k in ladder if k >= need[i:i + per].max()], default=np.inf)
            for i in range(0, num, per)}
   assert rungs == {1, 2, 4, 6, 12, np.inf}
   start = rng.uniform(-4, 8, (num, 2))
