@@ -19,6 +19,9 @@ the window's taps are scanned in window order (row-major over the kernel); the f
 lies in the input is the initial maximum, and a later tap replaces it only if it compares
 strictly greater. So ties go to the first maximum, padding is never selected, and NaN is kept
 only where it is the window's first element in the input (a later NaN never compares greater).
+``jaxops.torch``'s max pools take PyTorch's rule instead (``_MaxPlan.torch_nan``): a NaN tap is
+taken too, so a window holding a NaN gives NaN at its last NaN; windows without NaN come out
+the same under both.
 
 Gradients: a custom JVP sends the tangent of the selected element to each output, so the
 gradient goes to the element that Indices names, as in PyTorch, and the backward pass is never
@@ -68,10 +71,17 @@ class _MaxPlan:
   consecutive windows that read the same taps inside the input, ``(begin, end, taps)``: one run
   for the windows that read only input, and short runs at the ends for windows that reach into
   the padding. Within a run, each tap is one strided slice of the unpadded input.
+  ``torch_nan``: PyTorch's rule for NaN (``jaxops.torch``): a tap that is NaN is taken too, so
+  a window holding a NaN gives NaN, at its last NaN in window order; otherwise ONNX's (a NaN
+  wins only as the window's first element inside the input). Windows without NaN give the same
+  maximum and tap under both. ``nan_in_scan``: PyTorch's rule as a NaN test in the scan of
+  every tap (``_scan``), not behind the conditional of ``_torch_nan_windows``.
   """
 
   axes: tuple[WindowAxis, ...]
   runs: tuple[tuple[tuple[int, int, tuple[int, ...]], ...], ...]
+  torch_nan: bool = False
+  nan_in_scan: bool = False
 
 
 def _runs(a: WindowAxis, op: str, axis: int) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
@@ -90,10 +100,10 @@ def _runs(a: WindowAxis, op: str, axis: int) -> tuple[tuple[int, int, tuple[int,
 
 
 def _plan(shape: tuple[int, ...], kernel_shape: Any, strides: Any, pads: Any, dilations: Any,
-          auto_pad: Any, ceil_mode: Any, op: str = _OP) -> _MaxPlan:
+          auto_pad: Any, ceil_mode: Any, torch_nan: bool = False, op: str = _OP) -> _MaxPlan:
   axes = window_plan(op, shape, kernel_shape, strides, pads, dilations, auto_pad,
                      static_bool(op, "ceil_mode", ceil_mode))
-  return _MaxPlan(axes, tuple(_runs(a, op, i) for i, a in enumerate(axes)))
+  return _MaxPlan(axes, tuple(_runs(a, op, i) for i, a in enumerate(axes)), torch_nan)
 
 
 _PLANS = ConfigCache(_plan)
@@ -179,16 +189,19 @@ INTEGERS = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32, np
 
 def _max_pool_of(x: jax.Array, kernel_shape: Sequence[int], *, strides: Any, pads: Any,
                  dilations: Any, auto_pad: Any, ceil_mode: Any, storage_order: Any,
-                 return_indices: Any) -> Any:
-  """max_pool of an ``x`` whose dtype its caller has checked."""
+                 return_indices: Any, pytorch: bool = False) -> Any:
+  """max_pool of an ``x`` whose dtype its caller has checked. ``pytorch`` (for
+  ``jaxops.torch``): PyTorch's NaN rule (``_MaxPlan.torch_nan``) and indices within each plane
+  of the pooled axes, not ONNX's flat ones (the caller checks their range)."""
   shape = tuple(x.shape)
-  static = (shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+  static = (shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, pytorch)
   plan = _PLANS(cache_key(*static), *static)
   order = _storage_order(_OP, storage_order)  # checked even where no indices are returned
   if not static_bool(_OP, "return_indices", return_indices):
     return _max_pool(x, plan)
-  _check_index_range(_OP, shape)
-  return _max_pool_with_indices(x, plan, order)
+  if not pytorch:
+    _check_index_range(_OP, shape)
+  return _max_pool_with_indices(x, plan, order, pytorch)
 
 
 def _input(op: str, x: Any) -> jax.Array:
@@ -311,12 +324,35 @@ def _argmax_path(plan: _MaxPlan) -> str:
 
 def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
   """(maximum, number of the winning tap in window order) of every window: the first tap
-  inside the input starts, a later one wins only if strictly greater."""
+  inside the input starts, a later one wins only if strictly greater (or, with
+  ``plan.torch_nan``, NaN)."""
   path = _argmax_path(plan)
   if path == "by_axis":
     return _argmax_by_axis(x, plan)
   if path == "reduce_window":
     return _argmax_reduce_window(x, plan)
+  torch_nan = plan.torch_nan and jnp.issubdtype(x.dtype, jnp.floating)
+  if torch_nan and plan.nan_in_scan:
+    return _scan(x, plan, nan_wins=True)
+  best, arg = _scan(x, plan, nan_wins=False)
+  if torch_nan:  # ONNX's scan, and PyTorch's only if x may hold a NaN
+    best, arg = _torch_nan_windows_p.bind(best, arg, x, plan=plan)
+  return best, arg
+
+
+# PyTorch's rule in the maxima alone (``_max_values``): the NaN test in the scan where the
+# windows read each input element at most this many times on average (taps per output over
+# the input elements per output), else ONNX's scan and the conditional of
+# ``_torch_nan_windows``. On the CPU, as multiples of ONNX's rule's time, the test in the scan
+# took 1.11-1.12 on the ResNet stem (3x3 s2 p1: 2.25 reads per element), 0.68-0.69 on 3x3x3 s2
+# p1 (3.4) and 1.11-1.82 on 3x3 s1 p1 (9), the conditional 1.17, 0.71 and 1.05
+# (docs/PERFORMANCE.md).
+_TORCH_NAN_TAPS = 4
+
+
+def _scan(x: jax.Array, plan: _MaxPlan, nan_wins: bool) -> tuple[jax.Array, jax.Array]:
+  """``_argmax`` as one unrolled scan over every tap of the window; a NaN tap is taken too
+  where ``nan_wins`` (PyTorch's rule)."""
   kernel = tuple(a.kernel for a in plan.axes)
   tdtype = _tap_dtype(plan.axes)
 
@@ -324,13 +360,52 @@ def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
     (tap, best), rest = taps[0], taps[1:]
     arg = jnp.full(best.shape, int(np.ravel_multi_index(tap, kernel)), tdtype)
     for tap, v in rest:
-      take = v > best
+      take = (v > best) | jnp.isnan(v) if nan_wins else v > best
       best = jnp.where(take, v, best)
       arg = jnp.where(take, np.array(np.ravel_multi_index(tap, kernel), tdtype), arg)
     return best, arg
 
   best, arg = _over_runs(x, plan, tuple(range(len(plan.axes))), scan)
   return best, arg
+
+
+def _torch_nan_windows(best: jax.Array, arg: jax.Array, x: jax.Array, *, plan: _MaxPlan,
+                       partitioned: bool = False) -> tuple[jax.Array, jax.Array]:
+  """(``best``, ``arg``) from ONNX's scan, or PyTorch's scan (``_scan`` with ``nan_wins``)
+  where ``x`` holds a NaN: the two differ only in the windows holding one. A conditional, so
+  that the common case pays a test for NaN over ``x`` (contiguous, vectorised) instead of one
+  per tap of every window: on the CPU, with the test in the scan the ResNet stem's indices (3x3
+  s2 p1 on 8x64x112x112) took 1.5-1.7 times as long as with ONNX's rule and a 3x3x3 s2 p1
+  pool's 3.7 times, with the conditional 1.09 and 1.06 (docs/PERFORMANCE.md). Compiled for
+  several devices, where the predicate would need an all-reduce, PyTorch's scan
+  unconditionally."""
+  if partitioned:
+    return _scan(x, plan, nan_wins=True)
+  return lax.cond(_may_hold_nan(x, len(plan.axes)), lambda: _scan(x, plan, nan_wins=True),
+                  lambda: (best, arg))
+
+
+def _may_hold_nan(x: jax.Array, nd: int) -> jax.Array:
+  """True where ``x`` holds a NaN, and where a plane of its trailing ``nd`` axes sums to NaN
+  without one (+inf and -inf, or sums past the largest float of both signs): a NaN among the
+  planes' sums. A sum is read faster than a NaN test of every element (0.65 ms against 1.40 over
+  8x64x112x112 float32); a plane that comes out NaN without holding one costs time, not
+  exactness."""
+  sums = jnp.sum(x.astype(jnp.promote_types(x.dtype, jnp.float32)),
+                 axis=tuple(range(x.ndim - nd, x.ndim)))
+  return any_true(jnp.isnan(sums))
+
+
+_torch_nan_windows_p = Primitive("jaxops_max_pool_torch_nan_windows")
+_torch_nan_windows_p.multiple_results = True
+_torch_nan_windows_p.def_impl(jax.jit(_torch_nan_windows, static_argnames=("plan",)))
+_torch_nan_windows_p.def_abstract_eval(lambda best, arg, x, **_: (best, arg))
+mlir.register_lowering(_torch_nan_windows_p, lambda ctx, best, arg, x, **kw: mlir.lower_fun(
+    functools.partial(_torch_nan_windows, **kw, partitioned=partitioned(ctx)),
+    multiple_results=True)(ctx, best, arg, x))
+# (the pooled axes are the trailing ones: a batch axis goes first, and the conditional stays one)
+batching.primitive_batchers[_torch_nan_windows_p] = lambda args, dims, **kw: (
+    _torch_nan_windows_p.bind(*batch_first(args, dims), **kw), (0, 0))
 
 
 def _argmax_by_axis(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
@@ -343,7 +418,10 @@ def _argmax_by_axis(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]
   and within it the earliest inner one), as ``_argmax_reduce_window``'s pairs do; then, as
   there, the windows whose first element inside the input is NaN take it (``_argmax``'s
   rule). Each pass unrolls one axis' taps (k per axis instead of k**r per window: a 64 x 64
-  window with indices took 8-13 s as a reduce_window on 512 x 512).
+  window with indices took 8-13 s as a reduce_window on 512 x 512). With ``plan.torch_nan``
+  each pass takes a NaN as it comes (its line's last NaN, else its first largest element), so
+  the passes together give the last NaN of the last line holding one, which is the window's
+  last NaN in window order.
   """
   nd = len(plan.axes)
   kernel = tuple(a.kernel for a in plan.axes)
@@ -356,7 +434,7 @@ def _argmax_by_axis(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]
     for tap, (v, *others) in rest:
       take = v > best
       if floating:
-        take = take | (jnp.isnan(best) & ~jnp.isnan(v))
+        take = take | (jnp.isnan(v) if plan.torch_nan else jnp.isnan(best) & ~jnp.isnan(v))
       best = jnp.where(take, v, best)
       carried = [jnp.where(take, o, c) for o, c in zip(others, carried)]
       arg = jnp.where(take, np.array(tap[0], tdtype), arg)
@@ -368,7 +446,9 @@ def _argmax_by_axis(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]
   best, *args = arrays  # the taps along axes 0, 1, ..., nd - 1
   number = functools.reduce(operator.add, [
       a * tdtype.type(math.prod(kernel[i + 1:])) for i, a in enumerate(args)]).astype(tdtype)
-  return _first_nan_stays(x, plan, best, number) if floating else (best, number)
+  if floating and not plan.torch_nan:
+    return _first_nan_stays(x, plan, best, number)
+  return best, number
 
 
 def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
@@ -379,7 +459,8 @@ def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.
   the plane wins, which within a window is the first tap in window order. That gives each
   window's largest non-NaN element, first on ties. ``_argmax``'s rule differs where the
   window's first tap inside the input is NaN (nothing is greater than it, so it stays): those
-  windows take that tap, read with one strided slice per run.
+  windows take that tap, read with one strided slice per run. With ``plan.torch_nan`` a NaN
+  beats any number and of two NaNs the larger position wins: the window's last NaN.
   """
   axes, nd = plan.axes, len(plan.axes)
   lead = x.ndim - nd
@@ -399,6 +480,10 @@ def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.
     (va, pa), (vb, pb) = a, b
     tie = va == vb
     take = vb > va
+    if floating and plan.torch_nan:
+      na, nb = jnp.isnan(va), jnp.isnan(vb)
+      take = jnp.where(na | nb, nb & (~na | (pb > pa)), take | (tie & (pb < pa)))
+      return jnp.where(take, vb, va), jnp.where(take, pb, pa)
     if floating:
       na, nb = jnp.isnan(va), jnp.isnan(vb)
       take = take | (na & ~nb)
@@ -406,7 +491,8 @@ def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.
     take = take | (tie & (pb < pa))
     return jnp.where(take, vb, va), jnp.where(take, pb, pa)
 
-  low = np.array(np.nan if floating else np.iinfo(x.dtype).min, x.dtype)
+  low = np.array(-np.inf if floating and plan.torch_nan
+                 else np.nan if floating else np.iinfo(x.dtype).min, x.dtype)
   best, p = lax.reduce_window(
       (x, pos), (low, np.array(np.iinfo(np.int32).max, np.int32)), pick,
       (1,) * lead + tuple(a.kernel for a in axes), (1,) * lead + tuple(a.stride for a in axes),
@@ -420,7 +506,7 @@ def _argmax_reduce_window(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.
     start = lax.broadcasted_iota(np.int32, best.shape, lead + i) * a.stride - a.pad_begin
     arg = arg + ((p_i - start) // np.int32(a.dilation)).astype(tdtype) * tdtype.type(inner)
     unit, inner = unit * a.size, inner * a.kernel
-  if not floating:
+  if not floating or plan.torch_nan:
     return best, arg
   return _first_nan_stays(x, plan, best, arg)
 
@@ -502,13 +588,18 @@ def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   the other axes have many taps, the first pass pools the other axes for every position of the
   last axis and the second the last axis; stride-1 windows of many taps are pooled one axis at
   a time, a sum of the kernel's lengths of comparisons per output instead of their product.
-  The passes let a NaN win, so a window holding a NaN comes out NaN; only if there is one
-  anywhere are those windows computed again by ``_argmax``'s rule (a NaN counts only as the
-  window's first element inside the input). Ties do not change the value (a zero's sign aside:
+  The passes let a NaN win, so a window holding a NaN comes out NaN (PyTorch's rule, kept with
+  ``plan.torch_nan``); under ONNX's, only if there is one anywhere are those windows computed
+  again by ``_argmax``'s rule (a NaN counts only as the window's first element inside the
+  input). Ties do not change the value (a zero's sign aside:
   with zeros of both signs, the passes' order may return the other one).
   """
   passes = _passes(plan)
   if len(passes) == 1:
+    if (plan.torch_nan and jnp.issubdtype(x.dtype, jnp.floating) and _argmax_path(plan) == "one"
+        and math.prod(a.kernel for a in plan.axes)
+        <= _TORCH_NAN_TAPS * math.prod(a.stride for a in plan.axes)):
+      return _scan(x, plan, nan_wins=True)[0]  # (the maxima alone: no tap numbers to select)
     return _argmax(x, plan)[0]
   floating = jnp.issubdtype(x.dtype, jnp.floating)
 
@@ -523,7 +614,7 @@ def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   for k, pooled in enumerate(passes):
     # (a barrier between passes: fused back together, they would be the one pass again)
     (y,) = _over_runs(lax.optimization_barrier(y) if k else y, plan, pooled, any_nan_max)
-  if not floating:
+  if not floating or plan.torch_nan:
     return y
   return _nan_windows_p.bind(y, x, plan=plan)
 
@@ -643,7 +734,12 @@ def _tangent(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.
 @functools.partial(jax.jit, static_argnums=0)
 def _jvp(plan: _MaxPlan, x: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   # The primal through the custom rule again, so that higher derivatives also take it (not
-  # JAX's derivative of every tap's comparison and select).
+  # JAX's derivative of every tap's comparison and select). With PyTorch's NaN rule, windows
+  # that do not overlap test for NaN in the scan: the backward pass then fuses with it, where
+  # the conditional of ``_torch_nan_windows`` would take materialised maxima and tap numbers
+  # (2x2 s2 on 8x128x56x56: 1.16 of ONNX's rule's time against 1.71, docs/PERFORMANCE.md).
+  if plan.torch_nan and all(a.stride >= a.extent for a in plan.axes):
+    plan = dataclasses.replace(plan, nan_in_scan=True)
   y, arg = _values_and_taps(x, plan)
   # Rematerialised, so that the backward pass keeps only the tap numbers (one small integer per
   # output), not one mask or index per tap.
@@ -685,14 +781,20 @@ def _max_pool(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   return _values(x, plan)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _max_pool_with_indices(x: jax.Array, plan: _MaxPlan,
-                           storage_order: int) -> tuple[jax.Array, jax.Array]:
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _max_pool_with_indices(x: jax.Array, plan: _MaxPlan, storage_order: int,
+                           in_plane: bool = False) -> tuple[jax.Array, jax.Array]:
+  """(maxima, indices): ONNX's flat indices, or with ``in_plane`` each one's position within
+  its plane of the pooled axes (PyTorch's)."""
   if jnp.issubdtype(x.dtype, jnp.floating):
     y, arg = _values_and_taps(x, plan)
   else:
     y, arg = _argmax(x, plan)
-  return y, _indices(lax.stop_gradient(arg), plan.axes, tuple(x.shape), storage_order)
+  arg = lax.stop_gradient(arg)
+  if in_plane:
+    return y, _plane_index(arg, plan.axes, tuple(x.shape[x.ndim - len(plan.axes):]),
+                           storage_order, _index_dtype())
+  return y, _indices(arg, plan.axes, tuple(x.shape), storage_order)
 
 
 def _plane_index(arg: jax.Array, axes: tuple[WindowAxis, ...], spatial: tuple[int, ...],

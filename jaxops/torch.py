@@ -1186,12 +1186,8 @@ def _max_jit(x: jax.Array, cfg: _MaxPool) -> Any:
   out = _max_pool_module._max_pool_of(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
                                       dilations=cfg.dilation, auto_pad="NOTSET",
                                       ceil_mode=cfg.ceil_mode, storage_order=0,
-                                      return_indices=cfg.indices)
-  if not cfg.indices:
-    return out
-  y, idx = out
-  plane = math.prod(x.shape[x.ndim - len(cfg.kernel):])
-  return y, idx % jnp.asarray(plane, idx.dtype)
+                                      return_indices=cfg.indices, pytorch=True)
+  return out  # (with indices: within each plane, torch's)
 
 
 def _max_pool(name: str, nd: int, input: ArrayLike, kernel_size: Any, stride: Any, padding: Any,
@@ -1211,9 +1207,11 @@ _MAX_DOC = """``torch.nn.functional.max_pool{nd}d`` on ``(N, C, *spatial)`` or `
   (padding never wins); output length ``floor((n + 2 p - dilation (k - 1) - 1) / s) + 1``
   (``ceil`` with ``ceil_mode``, less one if the last window would start in the right padding;
   a last window that reaches past the padded input is kept, reading its taps inside the input).
-  Ties go to the first maximum in window order. ``return_indices`` gives torch's indices: the
-  flat position of the maximum within its ``(N, C)`` plane of the input, for
-  ``max_unpool{nd}d``. The gradient goes to that element.
+  As torch's CPU kernel, the window is scanned in order and a tap is taken when it is greater
+  than the running maximum or NaN: ties go to the first maximum in window order, and a window
+  holding a NaN gives NaN, indexed at its last NaN (where ``jaxops.max_pool`` keeps ONNX's rule).
+  ``return_indices`` gives torch's indices: the flat position of the maximum within its
+  ``(N, C)`` plane of the input, for ``max_unpool{nd}d``. The gradient goes to that element.
 
   Args:
     input: float16, bfloat16, float32, float64 or integer (int8 to int64, uint8) array.

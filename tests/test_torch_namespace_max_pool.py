@@ -1,8 +1,8 @@
 """jaxops.torch's max pooling against torch 2.13 CPU: values, indices exactly, gradients.
 
 Oracle: torch.nn.functional.max_pool{1,2,3}d (return_indices=True) and torch.autograd.
-Random normal data has no ties and no NaN (torch lets a later NaN win, jaxops.max_pool does
-not: see docs/DEVIATIONS.md and ``test_nan_rule_deviation_is_pinned``).
+Random normal data has no ties and no NaN; ``test_nan_and_ties_match_torch`` covers both
+(torch lets any NaN in a window win, where jaxops.max_pool keeps ONNX's rule).
 """
 
 from __future__ import annotations
@@ -133,19 +133,76 @@ def test_window_of_padding_only_deviation_is_pinned():
     F.max_pool2d(np.zeros((1, 1, 1, 4)), 2, 1, 1, dilation=2)
 
 
-def test_nan_rule_deviation_is_pinned():
-  """torch takes a tap when it is greater than the running maximum or NaN (a window holding NaN
-  gives NaN at its last NaN); jaxops.torch keeps jaxops.max_pool's ONNX rule (a NaN wins only
-  as the window's first element inside the input). docs/DEVIATIONS.md, jaxops.torch 4."""
-  x = np.array([[[[1.0, np.nan, 3.0, 4.0], [5.0, 6.0, np.nan, 8.0]]]], np.float32)
-  ty, ti = TF.max_pool2d(torch.tensor(x), 2, 2, return_indices=True)
-  assert torch.isnan(ty[0, 0, 0]).all() and ti.flatten().tolist() == [1, 6]
-  y, i = F.max_pool2d(x, 2, 2, return_indices=True)
-  np.testing.assert_array_equal(np.asarray(y).ravel(), [6.0, 8.0])
-  np.testing.assert_array_equal(np.asarray(i).ravel(), [5, 7])
-  y, i = F.max_pool2d(x[..., ::-1].copy(), 2, 2, return_indices=True)  # [[4, 3], [8, nan]]
-  np.testing.assert_array_equal(np.asarray(y).ravel(), [8.0, np.nan])  # and [[nan, 1], [6, 5]]
-  np.testing.assert_array_equal(np.asarray(i).ravel(), [4, 2])
+# (rank, input spatial shape, kernel, stride, padding, dilation, ceil_mode, the path of
+# jaxops._max_pool it exercises: _argmax's path, how many passes the maxima alone take)
+_NAN_CASES = [
+    (2, (9, 11), 3, 2, 1, 1, False, ("one", 1)),          # overlapping: ONNX's scan + conditional
+    (2, (8, 9), 2, 2, 0, 1, True, ("one", 1)),            # tiling: the NaN test in the scan
+    (1, (13,), 3, 1, 1, 1, False, ("one", 1)),            # stride 1: the maxima's conditional
+    (1, (12,), 4, 3, 1, 2, True, ("one", 1)),             # dilated, ceil_mode
+    (3, (6, 7, 6), 3, 2, 1, 1, True, ("one", 2)),          # two passes (the NaN-taking maxima)
+    (3, (6, 6, 7), 3, 1, 1, 1, False, ("one", 3)),        # one axis at a time (27 taps)
+    (2, (12, 13), (7, 3), (1, 2), (3, 1), 1, False, ("one", 2)),  # two passes, strided last axis
+    (2, (20, 21), 17, 2, 0, 1, False, ("by_axis", 1)),    # more than 256 taps
+    (1, (300,), 260, 20, 0, 1, True, ("reduce_window", 1)),  # one axis past 256 taps
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", range(len(_NAN_CASES)))
+def test_nan_and_ties_match_torch(case, dtype):
+  """Torch scans a window in order and takes a tap that is greater than the running maximum or
+  NaN, so a window holding a NaN gives NaN, indexed at its last NaN; ties go to the first
+  maximum. Inputs of rounded values (many ties), about 1.5 NaN per window (at most a fifth of
+  the values) and some -inf: values,
+  indices exactly and the float64 gradient through torch autograd, with and without
+  return_indices (different programs), on each path of jaxops' max pooling."""
+  from jaxops import _max_pool
+  nd, spatial, k, s, p, d, ceil, path = _NAN_CASES[case]
+  rng = np.random.default_rng(700 + case)
+  rep = lambda v: (v,) * nd if isinstance(v, int) else v  # noqa: E731
+  x = np.round(rng.standard_normal((2, 3) + spatial) * 2).astype(dtype)
+  taps = np.prod(rep(k))
+  x[rng.random(x.shape) < min(0.2, 1.5 / taps)] = np.nan
+  x[rng.random(x.shape) < 0.05] = -np.inf
+  name = f"max_pool{nd}d"
+  kw = dict(kernel_size=k, stride=s, padding=p, dilation=d, ceil_mode=ceil)
+  plan = _max_pool._plan(x.shape, rep(k), rep(s), [*rep(p), *rep(p)], rep(d), "NOTSET", ceil,
+                         True)
+  assert (_max_pool._argmax_path(plan), len(_max_pool._passes(plan))) == path
+  ty, ti = getattr(TF, name)(torch.tensor(x), return_indices=True, **kw)
+  assert torch.isnan(ty).any() and not torch.isnan(ty).all()
+  fn = getattr(F, name)
+  y, i = fn(x, return_indices=True, **kw)
+  np.testing.assert_array_equal(np.asarray(y), ty.numpy())
+  np.testing.assert_array_equal(np.asarray(i), ti.numpy())
+  np.testing.assert_array_equal(np.asarray(fn(x, **kw)), ty.numpy())
+  if dtype is np.float64:
+    ct = rng.standard_normal(tuple(ty.shape))
+    tx = torch.tensor(x, requires_grad=True)
+    (getattr(TF, name)(tx, **kw) * torch.tensor(ct)).sum().backward()
+    g = jax.grad(lambda a: jnp.sum(fn(a, **kw) * ct))(jnp.asarray(x))
+    np.testing.assert_array_equal(np.asarray(g), tx.grad.numpy())
+
+
+def test_nan_rule_under_vmap_and_the_predicates_false_alarm():
+  """The conditional that chooses torch's scan stays one under vmap (each image alike), and a
+  plane that holds +inf and -inf but no NaN (its sum is NaN, so the conditional takes torch's
+  scan) comes out as torch's."""
+  rng = np.random.default_rng(7)
+  x = np.round(rng.standard_normal((4, 2, 3, 9, 10)) * 2).astype(np.float32)
+  x[1, 0, 2, 3, 4] = np.nan
+  x[2, 1, 0, 5, 5] = np.nan
+  y, i = jax.vmap(lambda a: F.max_pool2d(a, 3, 2, 1, return_indices=True))(x)
+  ty, ti = TF.max_pool2d(torch.tensor(x.reshape(8, 3, 9, 10)), 3, 2, 1, return_indices=True)
+  np.testing.assert_array_equal(np.asarray(y).reshape(ty.shape), ty.numpy())
+  np.testing.assert_array_equal(np.asarray(i).reshape(ti.shape), ti.numpy())
+  z = x[0].copy()
+  z[0, 0, 1, 2:4] = [np.inf, -np.inf]
+  y, i = F.max_pool2d(z, 3, 2, 1, return_indices=True)
+  ty, ti = TF.max_pool2d(torch.tensor(z), 3, 2, 1, return_indices=True)
+  np.testing.assert_array_equal(np.asarray(y), ty.numpy())
+  np.testing.assert_array_equal(np.asarray(i), ti.numpy())
 
 
 @pytest.mark.parametrize("shape, kw", [
