@@ -340,16 +340,6 @@ def _argmax(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
   return best, arg
 
 
-# PyTorch's rule in the maxima alone (``_max_values``): the NaN test in the scan where the
-# windows read each input element at most this many times on average (taps per output over
-# the input elements per output), else ONNX's scan and the conditional of
-# ``_torch_nan_windows``. On the CPU, as multiples of ONNX's rule's time, the test in the scan
-# took 1.11-1.12 on the ResNet stem (3x3 s2 p1: 2.25 reads per element), 0.68-0.69 on 3x3x3 s2
-# p1 (3.4) and 1.11-1.82 on 3x3 s1 p1 (9), the conditional 1.17, 0.71 and 1.05
-# (docs/PERFORMANCE.md).
-_TORCH_NAN_TAPS = 4
-
-
 def _scan(x: jax.Array, plan: _MaxPlan, nan_wins: bool) -> tuple[jax.Array, jax.Array]:
   """``_argmax`` as one unrolled scan over every tap of the window; a NaN tap is taken too
   where ``nan_wins`` (PyTorch's rule)."""
@@ -394,6 +384,18 @@ def _may_hold_nan(x: jax.Array, nd: int) -> jax.Array:
   sums = jnp.sum(x.astype(jnp.promote_types(x.dtype, jnp.float32)),
                  axis=tuple(range(x.ndim - nd, x.ndim)))
   return any_true(jnp.isnan(sums))
+
+
+def _torch_nan_values(y: jax.Array, x: jax.Array, *, plan: _MaxPlan,
+                      partitioned: bool = False) -> jax.Array:
+  """``_torch_nan_windows`` for the maxima alone (``_max_values``): ``y`` from ONNX's scan, or
+  PyTorch's maxima where ``x`` may hold a NaN. In ``make bench``'s setting the ResNet stem's
+  forward took 1.30-1.31 of ``jaxops.max_pool``'s time this way, 1.39-1.52 with the NaN test in
+  the scan (docs/PERFORMANCE.md)."""
+  if partitioned:
+    return _scan(x, plan, nan_wins=True)[0]
+  return lax.cond(_may_hold_nan(x, len(plan.axes)),
+                  lambda: _scan(x, plan, nan_wins=True)[0], lambda: y)
 
 
 _torch_nan_windows_p = Primitive("jaxops_max_pool_torch_nan_windows")
@@ -597,9 +599,8 @@ def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   passes = _passes(plan)
   if len(passes) == 1:
     if (plan.torch_nan and jnp.issubdtype(x.dtype, jnp.floating) and _argmax_path(plan) == "one"
-        and math.prod(a.kernel for a in plan.axes)
-        <= _TORCH_NAN_TAPS * math.prod(a.stride for a in plan.axes)):
-      return _scan(x, plan, nan_wins=True)[0]  # (the maxima alone: no tap numbers to select)
+        and not plan.nan_in_scan):
+      return _torch_nan_values_p.bind(_scan(x, plan, nan_wins=False)[0], x, plan=plan)
     return _argmax(x, plan)[0]
   floating = jnp.issubdtype(x.dtype, jnp.floating)
 
@@ -651,6 +652,8 @@ def _fix_primitive(name: str, fn: Callable[..., jax.Array], param: str) -> Primi
 
 
 _nan_windows_p = _fix_primitive("jaxops_max_pool_nan_windows", _nan_windows, "plan")
+_torch_nan_values_p = _fix_primitive("jaxops_max_pool_torch_nan_values", _torch_nan_values,
+                                     "plan")
 
 
 def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:
