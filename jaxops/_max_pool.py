@@ -390,8 +390,8 @@ def _torch_nan_values(y: jax.Array, x: jax.Array, *, plan: _MaxPlan,
                       partitioned: bool = False) -> jax.Array:
   """``_torch_nan_windows`` for the maxima alone (``_max_values``): ``y`` from ONNX's scan, or
   PyTorch's maxima where ``x`` may hold a NaN. In ``make bench``'s setting the ResNet stem's
-  forward took 1.30-1.31 of ``jaxops.max_pool``'s time this way, 1.39-1.52 with the NaN test in
-  the scan (docs/PERFORMANCE.md)."""
+  forward took 1.07-1.27 of ``jaxops.max_pool``'s time this way (two runs), 1.43-1.56 with the
+  NaN test in the scan (three; docs/PERFORMANCE.md)."""
   if partitioned:
     return _scan(x, plan, nan_wins=True)[0]
   return lax.cond(_may_hold_nan(x, len(plan.axes)),
