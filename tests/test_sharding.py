@@ -38,7 +38,7 @@ OPS = ("resize_linear", "resize_cubic_antialias", "resize_nearest_sizes", "avera
        "global_max_pool", "max_pool_3d", "torch_adaptive_avg_uneven",
        "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max", "torch_adaptive_max_tiled",
        "grad_torch_adaptive_max_tiled", "torch_adaptive_avg_one", "grad_torch_adaptive_avg_one",
-       "torch_max_pool_indices", "grad_torch_max_pool")
+       "torch_max_pool", "torch_max_pool_indices", "grad_torch_max_pool")
 # grid_sample, affine_grid and roi_align: each batch element's grid (theta, roi set) comes from
 # that element, so batch sharding needs no collective; the grid mixes channels, so channel
 # sharding may need them (the worker runs and the test asserts the batch layout alone).
@@ -162,6 +162,7 @@ def _worker_cases():
       "grad_torch_adaptive_max_tiled": (jax.grad(lambda x: jnp.sum(jnp.sin(
           jaxops.torch.adaptive_max_pool2d(x, (6, 5))))), shape, jnp.float32),
       # jaxops.torch's max pooling: PyTorch's NaN rule is a conditional only on one device
+      "torch_max_pool": (lambda x: jaxops.torch.max_pool2d(x, 3, 2, 1), shape, jnp.float32),
       "torch_max_pool_indices": (lambda x: jaxops.torch.max_pool2d(
           x, 3, 2, 1, return_indices=True)[1], shape, jnp.float32),
       "grad_torch_max_pool": (jax.grad(lambda x: jnp.sum(jnp.sin(
@@ -253,7 +254,8 @@ _MAX_LP = ("max_pool", "max_pool_indices", "grad_max_pool", "lp_pool", "grad_lp_
            "global_max_pool", "max_pool_3d", "torch_adaptive_avg_uneven",
            "grad_torch_adaptive_avg_uneven", "grad_torch_adaptive_max", "torch_adaptive_max_tiled",
            "grad_torch_adaptive_max_tiled", "torch_adaptive_avg_one",
-           "grad_torch_adaptive_avg_one", "torch_max_pool_indices", "grad_torch_max_pool")
+           "grad_torch_adaptive_avg_one", "torch_max_pool", "torch_max_pool_indices",
+           "grad_torch_max_pool")
 GROUPS = {
     "resize": tuple(o for o in OPS if "resize" in o),
     "pool_cast": tuple(o for o in OPS if "resize" not in o and o not in _MAX_LP),

@@ -197,6 +197,8 @@ def test_nan_rule_under_vmap_and_the_predicates_false_alarm():
   ty, ti = TF.max_pool2d(torch.tensor(x.reshape(8, 3, 9, 10)), 3, 2, 1, return_indices=True)
   np.testing.assert_array_equal(np.asarray(y).reshape(ty.shape), ty.numpy())
   np.testing.assert_array_equal(np.asarray(i).reshape(ti.shape), ti.numpy())
+  y = jax.vmap(lambda a: F.max_pool2d(a, 3, 2, 1))(x)  # the maxima alone: their own conditional
+  np.testing.assert_array_equal(np.asarray(y).reshape(ty.shape), ty.numpy())
   z = x[0].copy()
   z[0, 0, 1, 2:4] = [np.inf, -np.inf]
   y, i = F.max_pool2d(z, 3, 2, 1, return_indices=True)
