@@ -359,20 +359,22 @@ def _scan(x: jax.Array, plan: _MaxPlan, nan_wins: bool) -> tuple[jax.Array, jax.
   return best, arg
 
 
-def _torch_nan_windows(best: jax.Array, arg: jax.Array, x: jax.Array, *, plan: _MaxPlan,
-                       partitioned: bool = False) -> tuple[jax.Array, jax.Array]:
-  """(``best``, ``arg``) from ONNX's scan, or PyTorch's scan (``_scan`` with ``nan_wins``)
-  where ``x`` may hold a NaN (``_may_hold_nan``): the two differ only in the windows holding
-  one. A conditional, so that the common case pays one contiguous, vectorised sum over ``x``
-  instead of a NaN test per tap of every window: on the CPU, with the test in the scan the ResNet stem's indices (3x3
-  s2 p1 on 8x64x112x112) took 1.5-1.7 times as long as with ONNX's rule and a 3x3x3 s2 p1
-  pool's 3.7 times, with the conditional 1.09 and 1.06 (docs/PERFORMANCE.md). Compiled for
-  several devices, where the predicate would need an all-reduce, PyTorch's scan
-  unconditionally."""
+def _torch_nan_windows(*args: jax.Array, plan: _MaxPlan,
+                       partitioned: bool = False) -> tuple[jax.Array, ...]:
+  """``args``: ONNX's scan's results (the maxima, or the maxima and the tap numbers), then
+  ``x``. Those, or PyTorch's (``_scan`` with ``nan_wins``) where ``x`` may hold a NaN
+  (``_may_hold_nan``): the two differ only in the windows holding one. A conditional, so that
+  the common case pays one contiguous, vectorised sum over ``x`` instead of a NaN test per tap
+  of every window: on the CPU, with the test in the scan the ResNet stem's indices (3x3 s2 p1
+  on 8x64x112x112) took 1.5-1.7 times as long as with ONNX's rule and a 3x3x3 s2 p1 pool's 3.7
+  times, with the conditional 1.09 and 1.06; the stem's maxima alone, in ``make bench``'s
+  setting, 1.43-1.56 and 1.07-1.27 (docs/PERFORMANCE.md). Compiled for several devices, where
+  the predicate would need an all-reduce, PyTorch's scan unconditionally."""
+  *onnx, x = args
+  pytorch_scan = lambda: _scan(x, plan, nan_wins=True)[:len(onnx)]  # noqa: E731
   if partitioned:
-    return _scan(x, plan, nan_wins=True)
-  return lax.cond(_may_hold_nan(x, len(plan.axes)), lambda: _scan(x, plan, nan_wins=True),
-                  lambda: (best, arg))
+    return pytorch_scan()
+  return lax.cond(_may_hold_nan(x, len(plan.axes)), pytorch_scan, lambda: tuple(onnx))
 
 
 def _may_hold_nan(x: jax.Array, nd: int) -> jax.Array:
@@ -386,28 +388,16 @@ def _may_hold_nan(x: jax.Array, nd: int) -> jax.Array:
   return any_true(jnp.isnan(sums))
 
 
-def _torch_nan_values(y: jax.Array, x: jax.Array, *, plan: _MaxPlan,
-                      partitioned: bool = False) -> jax.Array:
-  """``_torch_nan_windows`` for the maxima alone (``_max_values``): ``y`` from ONNX's scan, or
-  PyTorch's maxima where ``x`` may hold a NaN. In ``make bench``'s setting the ResNet stem's
-  forward took 1.07-1.27 of ``jaxops.max_pool``'s time this way (two runs), 1.43-1.56 with the
-  NaN test in the scan (three; docs/PERFORMANCE.md)."""
-  if partitioned:
-    return _scan(x, plan, nan_wins=True)[0]
-  return lax.cond(_may_hold_nan(x, len(plan.axes)),
-                  lambda: _scan(x, plan, nan_wins=True)[0], lambda: y)
-
-
 _torch_nan_windows_p = Primitive("jaxops_max_pool_torch_nan_windows")
 _torch_nan_windows_p.multiple_results = True
 _torch_nan_windows_p.def_impl(jax.jit(_torch_nan_windows, static_argnames=("plan",)))
-_torch_nan_windows_p.def_abstract_eval(lambda best, arg, x, **_: (best, arg))
-mlir.register_lowering(_torch_nan_windows_p, lambda ctx, best, arg, x, **kw: mlir.lower_fun(
+_torch_nan_windows_p.def_abstract_eval(lambda *args, **_: args[:-1])
+mlir.register_lowering(_torch_nan_windows_p, lambda ctx, *args, **kw: mlir.lower_fun(
     functools.partial(_torch_nan_windows, **kw, partitioned=partitioned(ctx)),
-    multiple_results=True)(ctx, best, arg, x))
+    multiple_results=True)(ctx, *args))
 # (the pooled axes are the trailing ones: a batch axis goes first, and the conditional stays one)
 batching.primitive_batchers[_torch_nan_windows_p] = lambda args, dims, **kw: (
-    _torch_nan_windows_p.bind(*batch_first(args, dims), **kw), (0, 0))
+    _torch_nan_windows_p.bind(*batch_first(args, dims), **kw), (0,) * (len(args) - 1))
 
 
 def _argmax_by_axis(x: jax.Array, plan: _MaxPlan) -> tuple[jax.Array, jax.Array]:
@@ -599,7 +589,7 @@ def _max_values(x: jax.Array, plan: _MaxPlan) -> jax.Array:
   passes = _passes(plan)
   if len(passes) == 1:
     if plan.torch_nan and jnp.issubdtype(x.dtype, jnp.floating) and _argmax_path(plan) == "one":
-      return _torch_nan_values_p.bind(_scan(x, plan, nan_wins=False)[0], x, plan=plan)
+      return _torch_nan_windows_p.bind(_scan(x, plan, nan_wins=False)[0], x, plan=plan)[0]
     return _argmax(x, plan)[0]
   floating = jnp.issubdtype(x.dtype, jnp.floating)
 
@@ -651,8 +641,6 @@ def _fix_primitive(name: str, fn: Callable[..., jax.Array], param: str) -> Primi
 
 
 _nan_windows_p = _fix_primitive("jaxops_max_pool_nan_windows", _nan_windows, "plan")
-_torch_nan_values_p = _fix_primitive("jaxops_max_pool_torch_nan_values", _torch_nan_values,
-                                     "plan")
 
 
 def _select_taps(t: jax.Array, arg: jax.Array, axes: tuple[WindowAxis, ...]) -> jax.Array:

@@ -1183,11 +1183,11 @@ _MAX = _checks.ConfigCache(_max_config)
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _max_jit(x: jax.Array, cfg: _MaxPool) -> Any:
-  out = _max_pool_module._max_pool_of(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
-                                      dilations=cfg.dilation, auto_pad="NOTSET",
-                                      ceil_mode=cfg.ceil_mode, storage_order=0,
-                                      return_indices=cfg.indices, pytorch=True)
-  return out  # (with indices: within each plane, torch's)
+  # (with indices: each within its plane, torch's)
+  return _max_pool_module._max_pool_of(x, cfg.kernel, strides=cfg.stride, pads=cfg.pad + cfg.pad,
+                                       dilations=cfg.dilation, auto_pad="NOTSET",
+                                       ceil_mode=cfg.ceil_mode, storage_order=0,
+                                       return_indices=cfg.indices, pytorch=True)
 
 
 def _max_pool(name: str, nd: int, input: ArrayLike, kernel_size: Any, stride: Any, padding: Any,
