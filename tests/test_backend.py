@@ -199,6 +199,42 @@ def test_attribute_types_and_names_are_checked_against_the_schema():
     run_node(node, [x], opset_version=11)
 
 
+
+@pytest.mark.parametrize("op, version, attrs, inputs", [
+    ("MaxPool", 22, dict(kernel_shape=[2], strides=[2], ceil_mode=2), 1),
+    ("AveragePool", 22, dict(kernel_shape=[2], count_include_pad=3), 1),
+    ("AveragePool", 19, dict(kernel_shape=[2], ceil_mode=-1), 1),
+    ("LpPool", 18, dict(kernel_shape=[2], ceil_mode=2), 1),
+    ("Resize", 18, dict(mode="linear", antialias=2), 3),
+    ("Resize", 13, dict(mode="cubic", exclude_outside=2), 3),
+    ("GridSample", 20, dict(align_corners=5), 2),
+    ("AffineGrid", 20, dict(align_corners=2), 2)])
+def test_flag_attributes_other_than_0_and_1_are_refused(op, version, attrs, inputs):
+  """A flag of 2 or -1 is a ValueError naming the version and the attribute: the oracles read
+  one differently (MaxPool-22 ceil_mode=2 on a length of 5, kernel and stride 2: onnxruntime
+  gives 2 windows, onnx.reference 3), and the Python functions refuse it as well."""
+  x = np.arange(5, dtype=np.float32).reshape(1, 1, 5)
+  feeds = {"MaxPool": [x], "AveragePool": [x], "LpPool": [x],
+           "Resize": [np.ones((1, 1, 3, 3), np.float32), np.zeros(0, np.float32),
+                      np.array([1, 1, 2, 2], np.float32)],
+           "GridSample": [np.ones((1, 1, 3, 3), np.float32), np.zeros((1, 2, 2, 2), np.float32)],
+           "AffineGrid": [np.zeros((1, 2, 3), np.float32), np.array([1, 1, 2, 2], np.int64)]}[op]
+  assert len(feeds) == inputs
+  names = [f"i{k}" for k in range(inputs)]
+  node = helper.make_node(op, names, ["y"], **attrs)
+  name, value = next((k, v) for k, v in attrs.items() if k not in ("kernel_shape", "strides",
+                                                                    "mode"))
+  with pytest.raises(ValueError, match=rf"{op}-{version} attribute `{name}` must be 0 or 1; "
+                     rf"got {value}"):
+    run_node(node, feeds, opset_version=version)
+  if op == "MaxPool":  # the oracles' two readings
+    model = _model([helper.make_node(op, ["x"], ["y"], **attrs)],
+                   [_vi("x", TensorProto.FLOAT, [1, 1, 5])], [_vi("y", TensorProto.FLOAT, None)],
+                   opset=version)
+    assert ReferenceEvaluator(model).run(None, {"x": x})[0].shape == (1, 1, 3)
+    session = ort.InferenceSession(model.SerializeToString())
+    assert session.run(None, {"x": x})[0].shape == (1, 1, 2)
+
 def test_constant_of_shape_takes_a_1d_shape():
   node = helper.make_node("ConstantOfShape", ["s"], ["y"], name="c")
   with pytest.raises(ValueError, match=r"node 'c' \(ConstantOfShape-\d+\): input 0 \(`input`\) "

@@ -394,6 +394,18 @@ _RESIZE_COORD_MODES = {
 }
 
 
+def _flag(op: str, version: int, attrs: dict[str, Any], name: str) -> bool:
+  """A 0/1 attribute (ceil_mode, count_include_pad, antialias, exclude_outside, align_corners)
+  as a bool. Any other integer is a ValueError, as the Python functions' flags are: the oracles
+  read one differently (MaxPool-22 with ceil_mode=2: onnxruntime floors the output length, while
+  onnx.reference and ONNX's shape inference take the ceiling)."""
+  value = attrs.get(name, 0)
+  if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+    return bool(value)
+  raise ValueError(f"jaxops.onnx: {op}-{version} attribute `{name}` must be 0 or 1; got "
+                   f"{value!r}")
+
+
 def _optional(value: Any) -> Any:
   """None for an omitted or empty optional tensor input."""
   if value is None or getattr(value, "size", 1) == 0:
@@ -444,7 +456,7 @@ def _resize_n(version: int) -> Adapt:
     scales, sizes = _optional(scales), _optional(sizes)
     kwargs: dict[str, Any] = {}
     if version >= 18:
-      kwargs["antialias"] = bool(attrs.get("antialias", 0))
+      kwargs["antialias"] = _flag("Resize", version, attrs, "antialias")
       kwargs["keep_aspect_ratio_policy"] = attrs.get("keep_aspect_ratio_policy", "stretch")
       if "axes" in attrs:
         kwargs["axes"] = tuple(int(a) for a in attrs["axes"])
@@ -455,7 +467,7 @@ def _resize_n(version: int) -> Adapt:
         roi=roi, mode=attrs.get("mode", "nearest"), coordinate_transformation_mode=coord,
         nearest_mode=attrs.get("nearest_mode", "round_prefer_floor"),
         cubic_coeff_a=attrs.get("cubic_coeff_a", -0.75),
-        exclude_outside=bool(attrs.get("exclude_outside", 0)),
+        exclude_outside=_flag("Resize", version, attrs, "exclude_outside"),
         extrapolation_value=attrs.get("extrapolation_value", 0.0), **kwargs)
     return [y]
 
@@ -480,8 +492,8 @@ def _average_pool(version: int) -> Adapt:
         inputs[0], ints(attrs["kernel_shape"]) or (), strides=ints(attrs.get("strides")),
         pads=ints(attrs.get("pads")), dilations=ints(attrs.get("dilations")),
         auto_pad=attrs.get("auto_pad", "NOTSET"),
-        ceil_mode=bool(attrs.get("ceil_mode", 0)),
-        count_include_pad=bool(attrs.get("count_include_pad", 0)))]
+        ceil_mode=_flag("AveragePool", version, attrs, "ceil_mode"),
+        count_include_pad=_flag("AveragePool", version, attrs, "count_include_pad"))]
 
   return adapt
 
@@ -507,10 +519,10 @@ for _v in (1, 22):
 # is a float, an integer from version 2. Input types (int8/uint8 MaxPool from 12, bfloat16 from
 # 22), attribute sets and the rank len(kernel_shape) + 2 are checked by the shared node check.
 
-def _window_kwargs(attrs: dict[str, Any]) -> dict[str, Any]:
+def _window_kwargs(op: str, version: int, attrs: dict[str, Any]) -> dict[str, Any]:
   return dict(strides=ints(attrs.get("strides")), pads=ints(attrs.get("pads")),
               dilations=ints(attrs.get("dilations")), auto_pad=attrs.get("auto_pad", "NOTSET"),
-              ceil_mode=bool(attrs.get("ceil_mode", 0)))
+              ceil_mode=_flag(op, version, attrs, "ceil_mode"))
 
 
 def _max_pool(version: int) -> Adapt:
@@ -518,10 +530,10 @@ def _max_pool(version: int) -> Adapt:
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     kernel = ints(attrs["kernel_shape"]) or ()
     if version < 8:
-      return [max_pool(inputs[0], kernel, **_window_kwargs(attrs))]
+      return [max_pool(inputs[0], kernel, **_window_kwargs("MaxPool", version, attrs))]
     # Both outputs; XLA drops the indices where the node does not ask for them.
     y, indices = max_pool(inputs[0], kernel, storage_order=int(attrs.get("storage_order", 0)),
-                          return_indices=True, **_window_kwargs(attrs))
+                          return_indices=True, **_window_kwargs("MaxPool", version, attrs))
     return [y, indices]
 
   return adapt
@@ -574,7 +586,8 @@ def _lp_pool(version: int) -> Adapt:
 
   def adapt(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
     return [_lp_pool_any_p(inputs[0], ints(attrs["kernel_shape"]) or (),
-                           _lp_p("LpPool", version, attrs), **_window_kwargs(attrs))]
+                           _lp_p("LpPool", version, attrs),
+                           **_window_kwargs("LpPool", version, attrs))]
 
   return adapt
 
@@ -634,7 +647,7 @@ def _grid_sample(version: int) -> Adapt:
                        f"{tuple(np.shape(grid))}")
     return [grid_sample(x, grid, mode=modes[mode],
                         padding_mode=_str_attr(attrs, "padding_mode", "zeros"),
-                        align_corners=bool(attrs.get("align_corners", 0)))]
+                        align_corners=_flag("GridSample", version, attrs, "align_corners"))]
 
   return adapt
 
@@ -646,7 +659,7 @@ for _v in (16, 20, 22):
 @register("AffineGrid", 20, static_inputs=(1,))
 def _affine_grid_20(inputs: list[Any], attrs: dict[str, Any]) -> list[Any]:
   return [affine_grid(inputs[0], np.asarray(inputs[1]).reshape(-1),
-                      align_corners=bool(attrs.get("align_corners", 0)))]
+                      align_corners=_flag("AffineGrid", 20, attrs, "align_corners"))]
 
 
 def _roi_align_adapter(version: int) -> Adapt:
