@@ -35,7 +35,7 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -190,7 +190,11 @@ def _denormalize(g: Any, length: int, cfg: _Config) -> Any:
   ``_exact.exact_limit`` are left to XLA, which fuses them at its default optimization level;
   so are axes past 65535 pixels in float32 without ``fused``). Where the coordinate lies within
   an ulp of a half-pixel the two read different pixels: on three pixels, float64
-  ``g = -1/3`` is 0.5 (pixel 0) or 0.5000000000000001 (pixel 1)."""
+  ``g = -1/3`` is 0.5 (pixel 0) or 0.5000000000000001 (pixel 1). An axis of length 1 with
+  align_corners has no span: every value but NaN, +-inf included, is its pixel 0 (the product
+  would make +-inf NaN there)."""
+  if cfg.align_corners and length == 1:
+    return jnp.where(jnp.isnan(g), g, jnp.zeros_like(g))
   if cfg.align_corners:
     return (g + 1) / 2 * (length - 1)
   if cfg.mode is Mode.NEAREST and cfg.fused and length <= _exact.exact_limit(g.dtype):
@@ -214,8 +218,8 @@ def _reflect(u: Any, length: int, align_corners: bool) -> Any:
   """``u`` reflected about the borders until inside them (PyTorch's reflect_coordinates)."""
   lo, hi = (0.0, length - 1.0) if align_corners else (-0.5, length - 0.5)
   span = hi - lo
-  if span <= 0:
-    return jnp.zeros_like(u)
+  if span <= 0:  # one pixel under align_corners: every coordinate but NaN reads it
+    return jnp.where(jnp.isnan(u), u, jnp.zeros_like(u))
   v = jnp.abs(u - lo)
   extra = jnp.fmod(v, span)
   flips = jnp.floor(_interp.divide(v, span))  # an exact multiple of span reflects as torch does
@@ -720,10 +724,8 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   the samples are those of ``_rows``: a tap outside the input reads 0 in place of its clipped
   pixel (so does a tap of an axis whose coordinate is NaN; this select replaces the one that
   zeroed the weight, so the loop does no more work for it), and the samples are NaN where ``bad``
-  (N, M) (``_nan_points``; not where an axis' coordinate alone is NaN: with align_corners an
-  infinite coordinate on an axis of length 1 is 0 * inf, and reads 0 with border padding). The
-  gathers are batched over the images (operand batching dimensions), so that a
-  batch-sharded input needs no collective. Bilinear sampling of ``_FUSED_TABLE_CHANNELS`` or
+  (N, M) (``_nan_points``). The gathers are batched over the images (operand batching
+  dimensions), so that a batch-sharded input needs no collective. Bilinear sampling of ``_FUSED_TABLE_CHANNELS`` or
   more channels reads each point's four taps from tables computed once per point and
   materialised, instead of computing them again for every channel inside the loop: the flat
   offset, negative for a tap outside the input as ``_offset_rule`` marks it, and the weight.
@@ -905,19 +907,23 @@ def _grid_parts(x: jax.Array, g: jax.Array, bad: jax.Array, tg: jax.Array, cfg: 
 _tangent_p = Primitive("jaxops_grid_sample_tangent")
 
 
-def _nan_points(g: jax.Array, cfg: _Config) -> jax.Array:
+def _nan_points(g: jax.Array, cfg: _Config, spatial: Sequence[int]) -> jax.Array:
   """(N, M): the points whose samples are NaN (a NaN coordinate; with reflection padding, an
-  infinite one too), as an elementwise or over the grid's axes that XLA fuses into its
-  consumers."""
-  flags = [jnp.isnan(g[..., j]) for j in range(g.shape[-1])]
+  infinite one too, except on an axis of length 1 with align_corners, where every value but NaN
+  is the one pixel: ``_denormalize``), as an elementwise or over the grid's axes that XLA fuses
+  into its consumers. ``spatial``: the input's spatial lengths."""
+  r = g.shape[-1]
+  flags = [jnp.isnan(g[..., j]) for j in range(r)]
   if cfg.padding is PaddingMode.REFLECTION:
-    flags += [jnp.isinf(g[..., j]) for j in range(g.shape[-1])]
+    flags += [jnp.isinf(g[..., j]) for j in range(r)
+              if not (cfg.align_corners and spatial[r - 1 - j] == 1)]
   return functools.reduce(operator.or_, flags)
 
 
-def _zero_at_nan_points(v: jax.Array, g: jax.Array, cfg: _Config, cdt: Any) -> jax.Array:
+def _zero_at_nan_points(v: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
+                        spatial: Sequence[int]) -> jax.Array:
   """``v`` (N, M, C) with 0 at the points of ``g`` whose samples are NaN (``_nan_points``)."""
-  return jnp.where(_nan_points(g, cfg)[..., None], jnp.zeros((), cdt), v)
+  return jnp.where(_nan_points(g, cfg, spatial)[..., None], jnp.zeros((), cdt), v)
 
 
 def _tangent_impl(tx: jax.Array, coef: jax.Array, xt: jax.Array, flat: jax.Array, g: jax.Array,
@@ -925,7 +931,12 @@ def _tangent_impl(tx: jax.Array, coef: jax.Array, xt: jax.Array, flat: jax.Array
   """(N, C, M): the grid's part (taps' rows of ``xt`` weighted by ``coef``) plus the input's
   (``_block_rows`` of ``tx``), 0 at the points whose samples are NaN."""
   rows = _weighted_taps(xt, flat, coef, _reads_outside(cfg)) + _block_rows(tx, g, cfg, cdt)
-  return _zero_at_nan_points(rows, g, cfg, cdt).transpose(0, 2, 1)
+  return _zero_at_nan_points(rows, g, cfg, cdt, tx.shape[2:]).transpose(0, 2, 1)
+
+
+def _spatial(a: Any) -> tuple[int, ...]:
+  """The spatial lengths of ``a`` (N, C, *spatial), an array or a transpose's undefined primal."""
+  return tuple((a.aval if ad.is_undefined_primal(a) else jax.typeof(a)).shape[2:])
 
 
 def _tangent_abstract(tx: Any, coef: Any, xt: Any, flat: Any, g: Any, *, cfg: _Config,
@@ -967,7 +978,7 @@ def _tangent_transpose(ct: Any, tx: Any, coef: Any, xt: Any, flat: Any, g: Any, 
   if type(ct) is ad.Zero:
     return [ad.Zero(tx.aval) if x_undefined else None,
             ad.Zero(coef.aval) if coef_undefined else None, None, None, None]
-  ctm = _zero_at_nan_points(ct.transpose(0, 2, 1), g, cfg, cdt)
+  ctm = _zero_at_nan_points(ct.transpose(0, 2, 1), g, cfg, cdt, _spatial(tx))
   coef_ct, one = None, jnp.ones((), cdt)
   if coef_undefined:
     aval = coef.aval.update(weak_type=False)  # (with its varying mesh axes, in shard_map)
@@ -1166,7 +1177,7 @@ _input_tangent_p = Primitive("jaxops_grid_sample_input_tangent")
 def _input_tangent_impl(tx: jax.Array, g: jax.Array, *, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M): the block rows of ``tx`` at the points ``g``, 0 where the samples are NaN."""
   rows = _block_rows(tx, g, cfg, cdt)
-  return _zero_at_nan_points(rows, g, cfg, cdt).transpose(0, 2, 1)
+  return _zero_at_nan_points(rows, g, cfg, cdt, tx.shape[2:]).transpose(0, 2, 1)
 
 
 def _input_tangent_abstract(tx: Any, g: Any, *, cfg: _Config, cdt: Any) -> Any:
@@ -1182,7 +1193,7 @@ def _input_tangent_jvp(primals: Any, tangents: Any, *, cfg: _Config, cdt: Any) -
 def _input_tangent_transpose(ct: Any, tx: Any, g: Any, *, cfg: _Config, cdt: Any) -> list[Any]:
   if type(ct) is ad.Zero:
     return [ad.Zero(tx.aval), None]
-  ctm = _zero_at_nan_points(ct.transpose(0, 2, 1), g, cfg, cdt)
+  ctm = _zero_at_nan_points(ct.transpose(0, 2, 1), g, cfg, cdt, _spatial(tx))
   return [_block_rows_transpose(ctm, g, cfg, cdt, tx.aval), None]
 
 
@@ -1205,7 +1216,7 @@ def _grid_sample_jit(x: jax.Array, grid: jax.Array, cfg: _Config) -> jax.Array:
                           _checks.compute_dtype(x.dtype) if x.dtype in _FLOATS else grid.dtype)
   g = grid.astype(cdt).reshape(n, m, r)
   if cfg.mode is not Mode.NEAREST:
-    bad = _nan_points(g, cfg)
+    bad = _nan_points(g, cfg, spatial)
     out = _interpolate(x, g, bad, cfg, cdt)
     return out.astype(x.dtype).reshape(n, c, *out_spatial)
   flat, weight, bad = _tap_table(tuple(x.shape), g, cfg, cdt)

@@ -121,6 +121,58 @@ def test_non_finite_grid():
   np.testing.assert_array_equal(yi.ravel(), [0, 0, 0])
 
 
+# (x, the points (innermost axis first), channels) with an axis of length 1 under align_corners;
+# ranks 2 and 3, the length-1 axis inner or outer, and channels enough for the fused bilinear
+# loop's tap tables (_FUSED_TABLE_CHANNELS) and the trilinear loop
+_LENGTH_ONE_AXIS = [
+    ((1, 3), [[0.0, np.inf], [0.0, -np.inf], [-0.3, np.inf], [np.nan, 0.0]], 1),
+    ((3, 1), [[np.inf, 0.0], [-np.inf, 0.5], [1e30, -0.5]], 1),
+    ((1, 3), [[0.0, np.inf], [0.5, -np.inf]], 8),
+    ((1, 2, 3), [[0.0, 0.0, np.inf], [0.4, -1.0, -np.inf], [0.0, 0.0, np.nan]], 2)]
+
+
+@pytest.mark.parametrize("case", range(len(_LENGTH_ONE_AXIS)))
+def test_infinite_coordinate_on_a_length_one_axis_with_align_corners(case):
+  """A length-1 axis with align_corners has no span: every grid value on it but NaN, +-inf
+  included, is its one pixel, in every mode and padding, as onnxruntime reads it (the product
+  (g + 1) / 2 * 0 made +-inf NaN: jaxops gave 0 with zeros and border padding and linear
+  sampling, NaN with nearest, and NaN with reflection; found by a random sweep). NaN still gives
+  NaN. The values against onnxruntime (torch gives NaN or 0 for several); the gradients (ranks
+  2 and 3) are finite."""
+  import onnxruntime as ort
+  from onnx import TensorProto
+  spatial, points, c = _LENGTH_ONE_AXIS[case]
+  r = len(spatial)
+  x = np.arange(c * np.prod(spatial), dtype=np.float64).reshape((1, c) + spatial) + 1
+  g = np.array(points, np.float64).reshape((1,) * r + (-1, r))
+  nan = np.isnan(g).any(axis=-1).ravel()
+  for mode in ("nearest", "linear", "cubic"):
+    for pad in ("zeros", "border", "reflection"):
+      kw = dict(mode=mode, padding_mode=pad, align_corners=True)
+      y = np.asarray(jax.jit(lambda a, b, kw=kw: jaxops.grid_sample(a, b, **kw))(x, g))
+      assert np.isnan(y[0, :].reshape(c, -1)[:, nan]).all() and not np.isnan(
+          y[0, :].reshape(c, -1)[:, ~nan]).any(), (mode, pad)
+      if mode == "cubic" and r == 3:
+        continue  # onnxruntime's GridSample has no 3-D cubic
+      model = helper.make_model(helper.make_graph(
+          [helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad,
+                            align_corners=1)], "g",
+          [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape)),
+           helper.make_tensor_value_info("g", TensorProto.DOUBLE, list(g.shape))],
+          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)]),
+          opset_imports=[helper.make_opsetid("", 22)])
+      model.ir_version = 10
+      want = ort.InferenceSession(model.SerializeToString(), providers=[
+          "CPUExecutionProvider"]).run(None, {"x": x, "g": g})[0]
+      np.testing.assert_allclose(y[..., ~nan], want[..., ~nan], rtol=1e-12, atol=0,
+                                 err_msg=f"{mode} {pad}")
+      if case == 0 and mode != "nearest" or case == 3 and (mode, pad) == ("linear", "reflection"):
+        ok = g[..., ~nan, :]
+        dx, dg = jax.grad(lambda a, b, kw=kw: jnp.sum(jaxops.grid_sample(a, b, **kw) ** 2),
+                          argnums=(0, 1))(x, ok)
+        assert np.isfinite(dx).all() and np.isfinite(dg).all(), (mode, pad)
+
+
 _CORNER = np.array([[[[1.0, 2.0, 3.0], [4.0, 5.0, np.inf]]]])
 _NAN_EDGE = np.array([[[[np.nan, 2.0, 3.0], [4.0, 5.0, 6.0]]]])
 _CUBE = np.array([1.0, 2, 3, 4, 5, 6, 7, -np.inf]).reshape(1, 1, 2, 2, 2)
