@@ -1045,3 +1045,92 @@ def test_deviation_lp_pool_p_below_one_is_refused(op, version):
   if op == "LpPool":
     np.testing.assert_allclose(ReferenceEvaluator(model).run(None, {"x": x})[0], want,
                                rtol=1e-6)
+
+
+# --- oracle departures found by a random fuzz (2026-12-07): docs/DEVIATIONS.md, AveragePool 9,
+# --- MaxPool 8, LpPool 8 and 9 --------------------------------------------------------------
+
+
+def _oracles(model, x):
+  session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  return ReferenceEvaluator(model).run(None, {"x": x}), session.run(None, {"x": x})
+
+
+@pytest.mark.parametrize("op, version, attrs", [
+    ("AveragePool", 7, dict(kernel_shape=[2], strides=[2])),
+    ("AveragePool", 22, dict(kernel_shape=[2], strides=[2])),
+    ("LpPool", 22, dict(kernel_shape=[2], strides=[2], p=2))])
+def test_deviation_reference_drops_nan_from_average_and_lp_windows(op, version, attrs):
+  """A window holding a NaN averages (or takes the norm) to NaN, as onnxruntime and torch give
+  it; onnx.reference marks the padding with NaN and filters every NaN out of the window, so
+  that [1, NaN] gives 1 (AveragePool) or sqrt(2)."""
+  x = np.array([[[1.0, np.nan, 3.0, 5.0]]], np.float32)
+  model = _node_model(op, version, attrs, [1, 1, 4])
+  got = Backend.run_model(model, [x])[0].ravel()
+  (ref,), (ours,) = _oracles(model, x)
+  torch_fn = (torch.nn.functional.avg_pool1d(torch.tensor(x), 2, 2) if op == "AveragePool"
+              else torch.nn.functional.lp_pool1d(torch.tensor(x), 2.0, 2, 2))
+  for want in (ours.ravel(), torch_fn.numpy().ravel()):
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert np.isnan(got[0]) and ref.ravel()[0] == (1.0 if op == "AveragePool" else np.float32(
+      np.sqrt(2)))
+
+
+@pytest.mark.parametrize("op, outputs", [("MaxPool", 1), ("MaxPool", 2), ("GlobalMaxPool", 1)])
+def test_deviation_onnxruntime_float32_max_of_minus_infinities(op, outputs):
+  """A window (or plane) of -inf only has the maximum -inf, as onnx.reference and torch give;
+  onnxruntime's float32 MaxPool without the Indices output and its GlobalMaxPool give -FLT_MAX
+  (with Indices, and in float64, -inf)."""
+  x = np.array([[[-np.inf, -np.inf, 1.0, -np.inf]]], np.float32)
+  attrs = dict(kernel_shape=[2], strides=[2]) if op == "MaxPool" else {}
+  model = _node_model(op, 22, attrs, [1, 1, 4], outputs=outputs)
+  got = Backend.run_model(model, [x])[0].ravel()
+  (ref, *_), (ours, *_) = _oracles(model, x)
+  want = [-np.inf, 1.0] if op == "MaxPool" else [1.0]
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(ref.ravel(), want)
+  if op == "GlobalMaxPool":  # a plane of -inf only
+    x = np.full((1, 1, 3), -np.inf, np.float32)
+    model = _node_model(op, 22, {}, [1, 1, 3])
+    (ref,), (ours,) = _oracles(model, x)
+    np.testing.assert_array_equal(Backend.run_model(model, [x])[0].ravel(), [-np.inf])
+    np.testing.assert_array_equal(ref.ravel(), [-np.inf])
+  expected_ort = -np.inf if outputs == 2 else np.finfo(np.float32).min
+  assert ours.ravel()[0] == expected_ort
+
+
+def test_deviation_reference_lp_pool_low_precision():
+  """LpPool in float16 sums |x| ** p in float32 and rounds once (as onnxruntime): [300, 400]
+  with p = 2 is 500, where onnx.reference's float16 squares overflow to inf. LpPool-1's float
+  p in float64: (0.5 ** 3 + 0.25 ** 3 + 8) ** (1 / 3) exactly, where the reference takes 1 / p
+  in float32 (2e-8 off)."""
+  x = np.array([[[300.0, 400.0]]], np.float16)
+  model = _node_model("LpPool", 22, dict(kernel_shape=[2], p=2), [1, 1, 2],
+                      elem=TensorProto.FLOAT16)
+  got = Backend.run_model(model, [x])[0].ravel()
+  with np.errstate(over="ignore"):
+    (ref,), (ours,) = _oracles(model, x)
+  np.testing.assert_array_equal(got, [500.0])
+  np.testing.assert_array_equal(ours.ravel(), [500.0])
+  assert np.isinf(ref.ravel()[0])
+  x = np.array([[[0.5, 0.25, 2.0]]])
+  model = _node_model("LpPool", 1, dict(kernel_shape=[3], p=3.0), [1, 1, 3],
+                      elem=TensorProto.DOUBLE)
+  exact = (0.5 ** 3 + 0.25 ** 3 + 8) ** (1 / 3)
+  got = Backend.run_model(model, [x])[0].item()
+  ref = ReferenceEvaluator(model).run(None, {"x": x})[0].item()
+  assert abs(got - exact) <= 2e-16 * exact and abs(ref - exact) > 1e-9
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_deviation_pads_as_large_as_the_kernel_are_refused(op):
+  """The spec lets pads take any value >= 0; a pad as large as the kernel makes windows of
+  padding only (no maximum, no average over counted elements). jaxops refuses it with a
+  ValueError naming `pads`, as onnxruntime refuses it."""
+  x = np.arange(4, dtype=np.float32).reshape(1, 1, 4)
+  model = _node_model(op, 22, dict(kernel_shape=[2], pads=[2, 0]), [1, 1, 4])
+  with pytest.raises(ValueError, match=r"`pads` must be smaller than the kernel"):
+    Backend.run_model(model, [x])
+  with pytest.raises(Exception, match=r"(?i)pad"):
+    ort.InferenceSession(model.SerializeToString(),
+                         providers=["CPUExecutionProvider"]).run(None, {"x": x})

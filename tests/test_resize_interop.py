@@ -251,3 +251,89 @@ def test_deviation_onnxruntime_resize_10_two_axes_unchanged():
   want = x[low] + (pos - low)[:, None] * (x[np.minimum(low + 1, 4)] - x[low])
   np.testing.assert_allclose(ours, want, rtol=1e-6)
   np.testing.assert_array_equal(_ort(model, x), x)  # onnxruntime: unchanged
+
+
+# --- departures found by a random fuzz (2026-12-07): docs/DEVIATIONS.md, Resize 15 and the -----
+# --- onnxruntime paragraph (e)-(g) ----------------------------------------------------------
+
+
+def _resize_model(x: np.ndarray, sizes: list[int], elem: int, roi: list[float] | None = None,
+                  **attrs) -> onnx.ModelProto:
+  ins = ["X", "roi" if roi is not None else "", "", "sizes"]
+  inits = [helper.make_tensor("sizes", TensorProto.INT64, [len(sizes)], sizes)]
+  if roi is not None:
+    inits.append(helper.make_tensor("roi", TensorProto.FLOAT, [len(roi)], roi))
+  graph = helper.make_graph([helper.make_node("Resize", ins, ["Y"], **attrs)], "g",
+                            [helper.make_tensor_value_info("X", elem, list(x.shape))],
+                            [helper.make_tensor_value_info("Y", elem, list(sizes))],
+                            initializer=inits)
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_deviation_int64_nearest_copies_past_2_to_the_53():
+  """Nearest copies pixels: int64 values past 2**53 come out exactly. onnx.reference
+  interpolates in float64 and rounds them (2**53 + 1 -> 2**53); onnxruntime has no int64
+  Resize kernel."""
+  x = np.array([[2**53 + 1, -(2**62) - 3]], np.int64)
+  model = _resize_model(x, [1, 4], TensorProto.INT64, mode="nearest")
+  got = Backend.run_model(model, [x])[0]
+  np.testing.assert_array_equal(got, np.repeat(x, 2, axis=1))
+  ref = ReferenceEvaluator(model).run(None, {"X": x})[0]
+  assert ref[0, 0] == 2**53 and ref[0, 2] == -(2**62)
+
+
+def test_deviation_nan_and_inf_pixels_through_zero_weights():
+  """The spec does not say where a NaN or infinite pixel reaches. jaxops: nearest copies pixels
+  (only the outputs that read the pixel); linear and cubic take each output's weighted sum over
+  its taps, so a NaN or inf tap of weight 0 gives NaN, except in a tap column that no output
+  weights (not read). Here align_corners 6 -> 3 reads coordinate 5 with taps 4 and 5, weights 0
+  and 1: NaN. onnxruntime reads pixel 5 alone there (6), and onnx.reference's two-tap nearest
+  spreads a NaN to its zero-weight neighbours."""
+  x = np.array([[[[1, 2, 3, 4, np.nan, 6]]]], np.float32)
+  model = _resize_model(x, [1, 1, 1, 3], TensorProto.FLOAT, mode="linear",
+                        coordinate_transformation_mode="align_corners")
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[0].ravel(), [1, 3.5, np.nan])
+  np.testing.assert_array_equal(_ort(model, x).ravel(), [1, 3.5, 6])
+  x = np.array([[[[1, 2, np.nan, 4]]]], np.float32)
+  model = _resize_model(x, [1, 1, 1, 7], TensorProto.FLOAT, mode="nearest",
+                        coordinate_transformation_mode="align_corners")
+  want = [1, 1, 2, 2, np.nan, np.nan, 4]  # round_prefer_floor of 0, .5, 1, ..., 3
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[0].ravel(), want)
+  np.testing.assert_array_equal(_ort(model, x).ravel(), want)
+  assert np.isnan(ReferenceEvaluator(model).run(None, {"X": x})[0].ravel()[3])
+
+
+def test_deviation_onnxruntime_roi_half_pixel_symmetric_and_integer_outputs():
+  """onnxruntime 1.32 against the spec (jaxops and onnx.reference agree): (e) it ignores the
+  roi of an axis whose length is unchanged; (f) it drops half_pixel_symmetric's offset with
+  antialias; (g) integer outputs of linear and cubic clamp negative int8 results to 0 with
+  antialias, and a negative extrapolation_value wraps into uint8 (255) where the spec's values
+  saturate (0)."""
+  x = np.array([[0.0, 10.0, 20.0, 30.0], [40.0, 50.0, 60.0, 70.0]], np.float32)
+  model = _resize_model(x, [3, 4], TensorProto.FLOAT, roi=[0.0, 0.5, 1.0, 1.0], mode="linear",
+                        coordinate_transformation_mode="tf_crop_and_resize")
+  # the width axis' roi [0.5, 1] over 3 pixels: x = 1.5 + i * 0.5 -> 15, 20, 25, 30
+  for y in (Backend.run_model(model, [x])[0], ReferenceEvaluator(model).run(None, {"X": x})[0]):
+    np.testing.assert_allclose(y[0], [15, 20, 25, 30], rtol=1e-6)
+  np.testing.assert_allclose(_ort(model, x)[0], [0, 10, 20, 30], rtol=1e-6)
+
+  x = (np.arange(9, dtype=np.float32) * 10).reshape(3, 3)
+  scales = helper.make_tensor("scales", TensorProto.FLOAT, [2], [1.25, 2.0])
+  model = _model(19, [3, 3], ["X", "", "scales"], [scales], mode="linear", antialias=1,
+                 coordinate_transformation_mode="half_pixel_symmetric")
+  for y in (Backend.run_model(model, [x])[0], ReferenceEvaluator(model).run(None, {"X": x})[0]):
+    np.testing.assert_allclose(y[:, 0], [6, 30, 54], rtol=1e-5)
+  np.testing.assert_allclose(_ort(model, x)[:, 0], [0, 30, 60], rtol=1e-5)
+
+  x = np.array([[[[-100, -50, 0, 50, 100]]]], np.int8)
+  model = _resize_model(x, [1, 1, 1, 7], TensorProto.INT8, mode="linear", antialias=1)
+  want = ReferenceEvaluator(model).run(None, {"X": x})[0]
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[0], want)
+  assert want.ravel()[0] == -100 and _ort(model, x).ravel()[0] == 0
+  x = np.array([10, 20, 30, 40], np.uint8)
+  model = _resize_model(x, [3], TensorProto.UINT8, roi=[-1.0, -0.5], mode="nearest",
+                        coordinate_transformation_mode="tf_crop_and_resize",
+                        extrapolation_value=-1.0)
+  want = ReferenceEvaluator(model).run(None, {"X": x})[0]
+  np.testing.assert_array_equal(Backend.run_model(model, [x])[0], want)
+  assert (want == 0).all() and (_ort(model, x) == 255).all()
