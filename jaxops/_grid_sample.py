@@ -725,9 +725,9 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   pixel (so does a tap of an axis whose coordinate is NaN; this select replaces the one that
   zeroed the weight, so the loop does no more work for it), and the samples are NaN where ``bad``
   (N, M) (``_nan_points``). The gathers are batched over the images (operand batching
-  dimensions), so that a batch-sharded input needs no collective. Bilinear sampling of ``_FUSED_TABLE_CHANNELS`` or
-  more channels reads each point's four taps from tables computed once per point and
-  materialised, instead of computing them again for every channel inside the loop: the flat
+  dimensions), so that a batch-sharded input needs no collective. Bilinear sampling of
+  ``_FUSED_TABLE_CHANNELS`` or more channels reads each point's four taps from tables
+  computed once per point and materialised, instead of computing them again for every channel inside the loop: the flat
   offset, negative for a tap outside the input as ``_offset_rule`` marks it, and the weight.
   The same samples, bitwise (the same weights, products and order of the sum). On the CPU,
   interleaved in one process against the loop without tables (docs/PERFORMANCE.md): 0.81-0.87
