@@ -720,21 +720,20 @@ def _fused_linear(x: jax.Array, g: jax.Array, bad: jax.Array, cfg: _Config,
   and no sample-sized temporary. The per-axis coordinates (``_axis_coordinate``, the clipping
   and reflection) are materialised first (behind ``_materialised`` on the CPU): inside the loop
   they would be computed again for every channel. The sum runs over the taps in the order of
-  ``_weighted_axis_rows`` (innermost axis first), with the same weights and indices, so that
-  the samples are those of ``_rows``: a tap outside the input reads 0 in place of its clipped
-  pixel (so does a tap of an axis whose coordinate is NaN; this select replaces the one that
-  zeroed the weight, so the loop does no more work for it), and the samples are NaN where ``bad``
-  (N, M) (``_nan_points``). The gathers are batched over the images (operand batching
-  dimensions), so that a batch-sharded input needs no collective. Bilinear sampling of
-  ``_FUSED_TABLE_CHANNELS`` or more channels reads each point's four taps from tables
-  computed once per point and materialised, instead of computing them again for every channel inside the loop: the flat
-  offset, negative for a tap outside the input as ``_offset_rule`` marks it, and the weight.
-  The same samples, bitwise (the same weights, products and order of the sum). On the CPU,
-  interleaved in one process against the loop without tables (docs/PERFORMANCE.md): 0.81-0.87
-  on 8x32x128x128 (two threads, three runs; 0.90 on one thread), 0.78-1.12 on 2x128x128x128
-  and 0.82-1.04 on 8x16x96x96 (mixed); with few channels the tables cost more than they save
-  (8x3x128x128 1.4, 8x1x256x256 2.1 on one thread; 8x6x128x128 1.16), and trilinear's eight
-  taps too (2x16x32x64x64 1.3-1.4)."""
+  ``_weighted_axis_rows`` (innermost axis first), with the same weights and indices, so that the
+  samples are those of ``_rows``: a tap outside the input reads 0 in place of its clipped pixel (so
+  does a tap of an axis whose coordinate is NaN; this select replaces the one that zeroed the
+  weight, so the loop does no more work for it), and the samples are NaN where ``bad`` (N, M)
+  (``_nan_points``). The gathers are batched over the images (operand batching dimensions), so that
+  a batch-sharded input needs no collective. Bilinear sampling of ``_FUSED_TABLE_CHANNELS`` or more
+  channels reads each point's four taps from tables computed once per point and materialised,
+  instead of computing them again for every channel inside the loop: the flat offset, negative for a
+  tap outside the input as ``_offset_rule`` marks it, and the weight. The same samples, bitwise (the
+  same weights, products and order of the sum). On the CPU, interleaved in one process against the
+  loop without tables (docs/PERFORMANCE.md): 0.81-0.87 on 8x32x128x128 (two threads, three runs;
+  0.90 on one thread), 0.78-1.12 on 2x128x128x128 and 0.82-1.04 on 8x16x96x96 (mixed); with few
+  channels the tables cost more than they save (8x3x128x128 1.4, 8x1x256x256 2.1 on one thread;
+  8x6x128x128 1.16), and trilinear's eight taps too (2x16x32x64x64 1.3-1.4)."""
   n, c, *spatial = x.shape
   r = len(spatial)
   m = g.shape[1]
