@@ -372,3 +372,119 @@ def test_constant_of_shape_matches_onnxruntime():
   (y,) = Backend.run_model(model, [np.array([3], np.int64)])
   np.testing.assert_array_equal(y, np.zeros(3, np.float32))
   np.testing.assert_array_equal(_ort(model, {"x": np.array([3], np.int64)})[0], y)
+
+
+# --- oracle departures found by a random fuzz (2026-12-07): docs/DEVIATIONS.md, Cast 3, 4 and
+# --- 12-15 ------------------------------------------------------------------------------------
+
+
+def _cast_model(nodes, inputs, output, opset, inits=()):
+  model = helper.make_model(helper.make_graph(nodes, "g", inputs, [output],
+                                              initializer=list(inits)),
+                            opset_imports=[helper.make_opsetid("", opset)])
+  model.ir_version = 11 if opset >= 24 else 10
+  return model
+
+
+def _oracles(model, feeds):
+  """(onnx.reference's result or its exception, onnxruntime's result or its exception)."""
+  out = []
+  for run in (lambda: ReferenceEvaluator(model).run(None, feeds)[0],
+              lambda: onnxruntime.InferenceSession(
+                  model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+                      None, feeds)[0]):
+    try:
+      out.append(np.asarray(run()))
+    except Exception as e:  # noqa: BLE001 (an oracle that refuses the model)
+      out.append(e)
+  return out
+
+
+def test_deviation_huge_floats_to_narrow_ints_keep_low_bits_where_the_oracles_give_0():
+  """Past 2**31 a float keeps the low bits of its integer into INT4/UINT4/INT2/UINT2 (the
+  Int4/Int2 notes); onnx.reference and onnxruntime give 0 there (ml_dtypes 0.6 too)."""
+  x = np.array([-2147483649.0, 2.0 ** 40 + 3, 100.0])
+  for to, want in (("INT4", [-1, 3, 4]), ("UINT4", [15, 3, 4]), ("UINT2", [3, 3, 0])):
+    model = _cast_model([helper.make_node("Cast", ["x"], ["m"], to=getattr(TensorProto, to)),
+                         helper.make_node("Cast", ["m"], ["y"], to=TensorProto.INT32)],
+                        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
+                        helper.make_tensor_value_info("y", TensorProto.INT32, [3]), 25)
+    np.testing.assert_array_equal(Backend.run_model(model, [x])[0], want, err_msg=to)
+    for oracle in _oracles(model, {"x": x}):
+      np.testing.assert_array_equal(oracle[:2], [0, 0], err_msg=to)
+
+
+def test_deviation_castlike_24_takes_round_mode():
+  """CastLike-24 has `round_mode` and defers to Cast: x = [3.5, 5, 0.75] into FLOAT8E8M0 with
+  "down" gives [2, 4, 0.5], as Cast-24 gives it in all three implementations. onnxruntime's
+  CastLike ignores the attribute (the "up" result [4, 8, 1]); onnx.reference runs CastLike-19,
+  which has no round_mode (a TypeError)."""
+  x = np.array([3.5, 5.0, 0.75], np.float32)
+  like = onnx.numpy_helper.from_array(np.zeros(1, ml_dtypes.float8_e8m0fnu), "like")
+  io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]), 24)
+  back = helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT)
+  cast = _cast_model([helper.make_node("Cast", ["x"], ["m"], to=TensorProto.FLOAT8E8M0,
+                                       round_mode="down"), back], *io)
+  like_model = _cast_model([helper.make_node("CastLike", ["x", "like"], ["m"],
+                                             round_mode="down"), back], *io, inits=[like])
+  for oracle in _oracles(cast, {"x": x}):
+    np.testing.assert_array_equal(oracle, [2, 4, 0.5])
+  np.testing.assert_array_equal(Backend.run_model(like_model, [x])[0], [2, 4, 0.5])
+  ref, ours = _oracles(like_model, {"x": x})
+  assert isinstance(ref, Exception)
+  np.testing.assert_array_equal(ours, [4, 8, 1])
+
+
+def test_deviation_onnxruntime_float8_to_bool():
+  """+-0 gives False and every other value True (the spec): FLOAT8E4M3FN and E5M2 -0 give True
+  in onnxruntime, and FLOAT8E8M0's 2**-127 (bits 0x00, not a zero) False. onnx.reference
+  agrees with jaxops."""
+  for elem, bits, want in ((TensorProto.FLOAT8E4M3FN, [0x80, 0x00, 0x01], [False, False, True]),
+                           (TensorProto.FLOAT8E5M2, [0x80, 0x00, 0x01], [False, False, True]),
+                           (TensorProto.FLOAT8E8M0, [0x00, 0x7F, 0x01], [True, True, True])):
+    x = np.array(bits, np.uint8).view(helper.tensor_dtype_to_np_dtype(elem))
+    model = _cast_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BOOL)], [],
+                        helper.make_tensor_value_info("y", TensorProto.BOOL, [3]), 25,
+                        [onnx.numpy_helper.from_array(x, "x")])
+    np.testing.assert_array_equal(Backend.run_model(model, [])[0], want)
+    ref, ours = _oracles(model, {})
+    np.testing.assert_array_equal(ref, want)
+    assert ours.tolist() != want
+
+
+def test_deviation_onnxruntime_e8m0_rounds_wide_inputs_through_float32():
+  """float64 and int32 into FLOAT8E8M0 round once from the exact value; onnxruntime converts
+  them to float32 first: 2147483648.5 with "up" is 2**32 (onnxruntime 2**31), int32 16777217
+  with "up" is 2**25 (onnxruntime 2**24)."""
+  for elem, x, want in ((TensorProto.DOUBLE, np.array([2147483648.5]), 2.0 ** 32),
+                        (TensorProto.INT32, np.array([16777217], np.int32), 2.0 ** 25)):
+    model = _cast_model([helper.make_node("Cast", ["x"], ["m"], to=TensorProto.FLOAT8E8M0,
+                                          round_mode="up"),
+                         helper.make_node("Cast", ["m"], ["y"], to=TensorProto.DOUBLE)],
+                        [helper.make_tensor_value_info("x", elem, [1])],
+                        helper.make_tensor_value_info("y", TensorProto.DOUBLE, [1]), 25)
+    np.testing.assert_array_equal(Backend.run_model(model, [x])[0], [want])
+    assert _oracles(model, {"x": x})[1].tolist() == [want / 2]
+
+
+def test_undefined_e5m2_infinities_to_narrow_ints_and_strings_to_bool():
+  """Two casts the spec leaves undefined, as jaxops defines them: FLOAT8E5M2 +-inf into
+  INT4/UINT4/INT2/UINT2 is 0 (as NaN; out of range for float -> integer saturates, but these
+  types keep low bits, and an infinity has none), where onnx.reference gives -1/15/-1/3 for
+  +inf; a STRING into BOOL is its number != 0 ("0.5" True, "-0" False), where onnxruntime
+  parses an integer ("0.5" False) and onnx.reference tests the text for emptiness ("0" True)."""
+  x = np.array([np.inf, -np.inf, np.nan], np.float32).astype(ml_dtypes.float8_e5m2)
+  model = _cast_model([helper.make_node("Cast", ["x"], ["m"], to=TensorProto.UINT4),
+                       helper.make_node("Cast", ["m"], ["y"], to=TensorProto.INT32)], [],
+                      helper.make_tensor_value_info("y", TensorProto.INT32, [3]), 25,
+                      [onnx.numpy_helper.from_array(x, "x")])
+  np.testing.assert_array_equal(Backend.run_model(model, [])[0], [0, 0, 0])
+  assert _oracles(model, {})[0].tolist()[0] == 15
+  texts = np.array(["0.5", "-0", "0", "2"], object)
+  model = _cast_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BOOL)],
+                      [helper.make_tensor_value_info("x", TensorProto.STRING, [4])],
+                      helper.make_tensor_value_info("y", TensorProto.BOOL, [4]), 25)
+  np.testing.assert_array_equal(Backend.run_model(model, [texts])[0], [True, False, False, True])
+  ref, ours = _oracles(model, {"x": texts})
+  assert ref.tolist() == [True, True, True, True] and ours.tolist()[0] is False
