@@ -307,6 +307,12 @@ class ConfigCache(Generic[R]):
 # --- static options and dtype helpers shared by every op ----------------------------------------
 
 
+def is_flag(value: Any) -> bool:
+  """Whether ``value`` is a bool or one of the ONNX flag integers 0 and 1."""
+  return isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
+                                                 and int(value) in (0, 1))
+
+
 def static_bool(op: str, arg: str, value: Any) -> bool:
   """A static bool option: a Python/NumPy bool or the ONNX integers 0/1, else a TypeError.
 
@@ -315,8 +321,7 @@ def static_bool(op: str, arg: str, value: Any) -> bool:
   if is_traced(value):
     raise type_error(op, arg, value, "a Python bool or 0/1 (it is static: it must be concrete "
                      "under jax.jit)")
-  if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
-                                             and int(value) in (0, 1)):
+  if is_flag(value):
     return bool(value)
   raise type_error(op, arg, value, "a bool (or the ONNX integers 0/1)")
 

@@ -181,6 +181,12 @@ def sample(x: ArrayLike, grid: ArrayLike, mode: str, padding_mode: str, align_co
   return _grid_sample_jit(x, grid, cfg)
 
 
+def _one_pixel(length: int, cfg: _Config) -> bool:
+  """Whether an axis has no span: one pixel under align_corners, where every grid value but NaN,
+  +-inf included, is its pixel 0 (``_denormalize``; the product would make +-inf NaN)."""
+  return cfg.align_corners and length == 1
+
+
 def _denormalize(g: Any, length: int, cfg: _Config) -> Any:
   """The pixel coordinate of ``g``: ``(g + 1) / 2 * (L - 1)`` with align_corners, else
   ``((g + 1) * L - 1) / 2``. Nearest sampling rounds the latter as C does, whatever XLA's
@@ -190,10 +196,9 @@ def _denormalize(g: Any, length: int, cfg: _Config) -> Any:
   ``_exact.exact_limit`` are left to XLA, which fuses them at its default optimization level;
   so are axes past 65535 pixels in float32 without ``fused``). Where the coordinate lies within
   an ulp of a half-pixel the two read different pixels: on three pixels, float64
-  ``g = -1/3`` is 0.5 (pixel 0) or 0.5000000000000001 (pixel 1). An axis of length 1 with
-  align_corners has no span: every value but NaN, +-inf included, is its pixel 0 (the product
-  would make +-inf NaN there)."""
-  if cfg.align_corners and length == 1:
+  ``g = -1/3`` is 0.5 (pixel 0) or 0.5000000000000001 (pixel 1). On an axis of one pixel
+  (``_one_pixel``) every value but NaN is 0."""
+  if _one_pixel(length, cfg):
     return jnp.where(jnp.isnan(g), g, jnp.zeros_like(g))
   if cfg.align_corners:
     return (g + 1) / 2 * (length - 1)
@@ -908,15 +913,18 @@ _tangent_p = Primitive("jaxops_grid_sample_tangent")
 
 def _nan_points(g: jax.Array, cfg: _Config, spatial: Sequence[int]) -> jax.Array:
   """(N, M): the points whose samples are NaN (a NaN coordinate; with reflection padding, an
-  infinite one too, except on an axis of length 1 with align_corners, where every value but NaN
-  is the one pixel: ``_denormalize``), as an elementwise or over the grid's axes that XLA fuses
-  into its consumers. ``spatial``: the input's spatial lengths."""
+  infinite one too, except on an axis of one pixel, ``_one_pixel``), as an elementwise or over
+  the grid's axes that XLA fuses into its consumers. ``spatial``: the input's spatial lengths."""
   r = g.shape[-1]
   flags = [jnp.isnan(g[..., j]) for j in range(r)]
   if cfg.padding is PaddingMode.REFLECTION:
-    flags += [jnp.isinf(g[..., j]) for j in range(r)
-              if not (cfg.align_corners and spatial[r - 1 - j] == 1)]
+    flags += [jnp.isinf(g[..., j]) for j in range(r) if not _one_pixel(spatial[r - 1 - j], cfg)]
   return functools.reduce(operator.or_, flags)
+
+
+def _spatial(a: Any) -> tuple[int, ...]:
+  """The spatial lengths of ``a`` (N, C, *spatial), an array or a transpose's undefined primal."""
+  return tuple((a.aval if ad.is_undefined_primal(a) else jax.typeof(a)).shape[2:])
 
 
 def _zero_at_nan_points(v: jax.Array, g: jax.Array, cfg: _Config, cdt: Any,
@@ -930,12 +938,7 @@ def _tangent_impl(tx: jax.Array, coef: jax.Array, xt: jax.Array, flat: jax.Array
   """(N, C, M): the grid's part (taps' rows of ``xt`` weighted by ``coef``) plus the input's
   (``_block_rows`` of ``tx``), 0 at the points whose samples are NaN."""
   rows = _weighted_taps(xt, flat, coef, _reads_outside(cfg)) + _block_rows(tx, g, cfg, cdt)
-  return _zero_at_nan_points(rows, g, cfg, cdt, tx.shape[2:]).transpose(0, 2, 1)
-
-
-def _spatial(a: Any) -> tuple[int, ...]:
-  """The spatial lengths of ``a`` (N, C, *spatial), an array or a transpose's undefined primal."""
-  return tuple((a.aval if ad.is_undefined_primal(a) else jax.typeof(a)).shape[2:])
+  return _zero_at_nan_points(rows, g, cfg, cdt, _spatial(tx)).transpose(0, 2, 1)
 
 
 def _tangent_abstract(tx: Any, coef: Any, xt: Any, flat: Any, g: Any, *, cfg: _Config,
@@ -1176,7 +1179,7 @@ _input_tangent_p = Primitive("jaxops_grid_sample_input_tangent")
 def _input_tangent_impl(tx: jax.Array, g: jax.Array, *, cfg: _Config, cdt: Any) -> jax.Array:
   """(N, C, M): the block rows of ``tx`` at the points ``g``, 0 where the samples are NaN."""
   rows = _block_rows(tx, g, cfg, cdt)
-  return _zero_at_nan_points(rows, g, cfg, cdt, tx.shape[2:]).transpose(0, 2, 1)
+  return _zero_at_nan_points(rows, g, cfg, cdt, _spatial(tx)).transpose(0, 2, 1)
 
 
 def _input_tangent_abstract(tx: Any, g: Any, *, cfg: _Config, cdt: Any) -> Any:

@@ -121,6 +121,22 @@ def test_non_finite_grid():
   np.testing.assert_array_equal(yi.ravel(), [0, 0, 0])
 
 
+def _ort_grid_sample(x, g, mode, padding_mode, align_corners):
+  """onnxruntime's GridSample-22 of float64 ``x`` at ``g``."""
+  import onnxruntime as ort
+  from onnx import TensorProto
+  model = helper.make_model(helper.make_graph(
+      [helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding_mode,
+                        align_corners=int(align_corners))], "g",
+      [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape)),
+       helper.make_tensor_value_info("g", TensorProto.DOUBLE, list(g.shape))],
+      [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)]),
+      opset_imports=[helper.make_opsetid("", 22)])
+  model.ir_version = 10
+  return model, ort.InferenceSession(model.SerializeToString(), providers=[
+      "CPUExecutionProvider"]).run(None, {"x": x, "g": g})[0]
+
+
 # (x, the points (innermost axis first), channels) with an axis of length 1 under align_corners;
 # ranks 2 and 3, the length-1 axis inner or outer, and channels enough for the fused bilinear
 # loop's tap tables (_FUSED_TABLE_CHANNELS) and the trilinear loop
@@ -139,8 +155,6 @@ def test_infinite_coordinate_on_a_length_one_axis_with_align_corners(case):
   sampling, NaN with nearest, and NaN with reflection; found by a random sweep). NaN still gives
   NaN. The values against onnxruntime (torch gives NaN or 0 for several); the gradients (ranks
   2 and 3) are finite."""
-  import onnxruntime as ort
-  from onnx import TensorProto
   spatial, points, c = _LENGTH_ONE_AXIS[case]
   r = len(spatial)
   x = np.arange(c * np.prod(spatial), dtype=np.float64).reshape((1, c) + spatial) + 1
@@ -154,16 +168,7 @@ def test_infinite_coordinate_on_a_length_one_axis_with_align_corners(case):
           y[0, :].reshape(c, -1)[:, ~nan]).any(), (mode, pad)
       if mode == "cubic" and r == 3:
         continue  # onnxruntime's GridSample has no 3-D cubic
-      model = helper.make_model(helper.make_graph(
-          [helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad,
-                            align_corners=1)], "g",
-          [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape)),
-           helper.make_tensor_value_info("g", TensorProto.DOUBLE, list(g.shape))],
-          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)]),
-          opset_imports=[helper.make_opsetid("", 22)])
-      model.ir_version = 10
-      want = ort.InferenceSession(model.SerializeToString(), providers=[
-          "CPUExecutionProvider"]).run(None, {"x": x, "g": g})[0]
+      want = _ort_grid_sample(x, g, mode, pad, True)[1]
       np.testing.assert_allclose(y[..., ~nan], want[..., ~nan], rtol=1e-12, atol=0,
                                  err_msg=f"{mode} {pad}")
       if case == 0 and mode != "nearest" or case == 3 and (mode, pad) == ("linear", "reflection"):
@@ -203,8 +208,6 @@ def test_non_finite_pixel_beside_a_tap_outside_the_input(case):
   it: the other tap's inf stays inf, and a point whose taps are all outside reads 0. (jaxops
   gave NaN there: it read the clipped edge pixel with weight 0, and 0 * inf is NaN; found by a
   random sweep.)"""
-  import onnxruntime as ort
-  from onnx import TensorProto
   x, points, mode, ac, paddings = _NON_FINITE_AT_THE_EDGE[case]
   g = np.array(points, np.float64).reshape((1,) * (x.ndim - 2) + (-1, x.ndim - 2))
   g = np.repeat(g, len(x), axis=0)
@@ -212,18 +215,9 @@ def test_non_finite_pixel_beside_a_tap_outside_the_input(case):
   for pad in paddings:
     want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g), mode=torch_mode,
                                            padding_mode=pad, align_corners=ac).numpy()
-    model = helper.make_model(helper.make_graph(
-        [helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad,
-                          align_corners=int(ac))], "g",
-        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape)),
-         helper.make_tensor_value_info("g", TensorProto.DOUBLE, list(g.shape))],
-        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)]),
-        opset_imports=[helper.make_opsetid("", 22)])
-    model.ir_version = 10
-    feeds = {"x": x, "g": g}
-    np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feeds)[0], want)
-    np.testing.assert_array_equal(ort.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0], want)
+    model, got_ort = _ort_grid_sample(x, g, mode, pad, ac)
+    np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, {"x": x, "g": g})[0], want)
+    np.testing.assert_array_equal(got_ort, want)
     assert not np.isfinite(want).all() and not np.isnan(want).all()
     for dtype in (np.float64, np.float32):
       got = jaxops.grid_sample(x.astype(dtype), g.astype(dtype), mode=mode, padding_mode=pad,

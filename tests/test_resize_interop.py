@@ -259,15 +259,12 @@ def test_deviation_onnxruntime_resize_10_two_axes_unchanged():
 
 def _resize_model(x: np.ndarray, sizes: list[int], elem: int, roi: list[float] | None = None,
                   **attrs) -> onnx.ModelProto:
-  ins = ["X", "roi" if roi is not None else "", "", "sizes"]
+  """``_model`` of Resize-19 to ``sizes``, with ``roi`` where given."""
   inits = [helper.make_tensor("sizes", TensorProto.INT64, [len(sizes)], sizes)]
   if roi is not None:
     inits.append(helper.make_tensor("roi", TensorProto.FLOAT, [len(roi)], roi))
-  graph = helper.make_graph([helper.make_node("Resize", ins, ["Y"], **attrs)], "g",
-                            [helper.make_tensor_value_info("X", elem, list(x.shape))],
-                            [helper.make_tensor_value_info("Y", elem, list(sizes))],
-                            initializer=inits)
-  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+  return _model(19, list(x.shape), ["X", "roi" if roi is not None else "", "", "sizes"], inits,
+                dtype=elem, **attrs)
 
 
 def test_deviation_int64_nearest_copies_past_2_to_the_53():

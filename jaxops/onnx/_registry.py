@@ -25,7 +25,7 @@ import onnx
 import onnx.defs
 import onnx.helper
 
-from jaxops import _cast, _constant, _dtypes, _roi_align
+from jaxops import _cast, _checks, _constant, _dtypes, _roi_align
 from jaxops._grid_sample import affine_grid, grid_sample
 from jaxops._lp_pool import _global_lp_pool_any_p, _lp_pool_any_p, _p_value
 from jaxops._max_pool import global_max_pool, max_pool, max_unpool
@@ -400,7 +400,7 @@ def _flag(op: str, version: int, attrs: dict[str, Any], name: str) -> bool:
   read one differently (MaxPool-22 with ceil_mode=2: onnxruntime floors the output length, while
   onnx.reference and ONNX's shape inference take the ceiling)."""
   value = attrs.get(name, 0)
-  if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+  if _checks.is_flag(value):
     return bool(value)
   raise ValueError(f"jaxops.onnx: {op}-{version} attribute `{name}` must be 0 or 1; got "
                    f"{value!r}")
