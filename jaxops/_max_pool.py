@@ -197,7 +197,12 @@ def _max_pool_of(x: jax.Array, kernel_shape: Sequence[int], *, strides: Any, pad
   static = (shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, pytorch)
   plan = _PLANS(cache_key(*static), *static)
   order = _storage_order(_OP, storage_order)  # checked even where no indices are returned
-  if not static_bool(_OP, "return_indices", return_indices):
+  indices = static_bool(_OP, "return_indices", return_indices)
+  if any(a.out_len == 0 for a in plan.axes):  # a window longer than the padded input: none
+    y = jnp.zeros(shape[:len(shape) - len(plan.axes)] + tuple(a.out_len for a in plan.axes),
+                  x.dtype)
+    return (y, jnp.zeros(y.shape, _index_dtype())) if indices else y
+  if not indices:
     return _max_pool(x, plan)
   if not pytorch:
     _check_index_range(_OP, shape)
@@ -219,12 +224,13 @@ def _index_dtype() -> np.dtype:
   return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
 
 
-def _check_index_range(op: str, shape: tuple[int, ...]) -> None:
+def _check_index_range(op: str, shape: tuple[int, ...], *, what: str = "an input") -> None:
   concrete_shape(op, "x", shape)  # (indices of a symbolic shape: their type is unknown)
   dtype = _index_dtype()
   if math.prod(shape) > np.iinfo(dtype).max:
-    raise ValueError(f"{op}: an input of shape {shape} has more elements than {dtype.name} "
-                     f"indices can address; enable jax_enable_x64 for int64 indices")
+    raise ValueError(f"{op}: {what} of shape {tuple(shape)} has more elements than "
+                     f"{dtype.name} indices can address; enable jax_enable_x64 for int64 "
+                     f"indices")
 
 
 def _tap_dtype(axes: tuple[WindowAxis, ...]) -> np.dtype:
@@ -1178,6 +1184,7 @@ def max_unpool(x: jax.typing.ArrayLike, indices: jax.typing.ArrayLike,
   static = (tuple(x.shape), tuple(indices.shape), kernel_shape, strides, pads, output_shape)
   plan = _UNPOOL_PLANS(cache_key(*static), *static)
   check_output_size(op, plan.out, x.dtype)  # (XLA aborts the process on 2**62 elements)
+  _check_index_range(op, plan.default, what="an output")  # (the indices' flat positions)
   return unpool_replicated(_max_unpool, x, indices, plan.cfg.nd, plan)
 
 

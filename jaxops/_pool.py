@@ -127,9 +127,10 @@ def average_pool(x: jax.typing.ArrayLike, kernel_shape: Sequence[int], *,
     TypeError: ``x`` is not one of the four floating dtypes; a shape argument is traced or not a
       sequence of integers.
     ValueError: wrong lengths; kernel_shape, strides or dilations below 1; negative pads, pads at
-      least the kernel, pads with auto_pad; no window (one larger than the padded input, unless
-      ``ceil_mode`` keeps it); a window that covers only padding when ``count_include_pad`` is
-      False; an unknown ``auto_pad``.
+      least the kernel, pads with auto_pad; a negative output length (a window that overhangs
+      the padded input by the stride or more; by less, the length is 0 and the output empty);
+      a window that covers only padding when ``count_include_pad`` is False; an unknown
+      ``auto_pad``.
 
   Examples:
     >>> import jax.numpy as jnp, jaxops

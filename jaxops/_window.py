@@ -109,12 +109,15 @@ def _axis(op: str, n: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: 
     out = span // s + 1
   # With ceil_mode the spec's length keeps one window that is longer than the padded input
   # (input 3, kernel 3, dilation 2, stride 3: one window reading 0 and 2), as onnx.reference,
-  # onnxruntime and PyTorch compute it; without, such a window gives no output.
-  if out < 1:
+  # onnxruntime and PyTorch compute it; without, such a window gives no output: a length of 0
+  # where the formula gives 0 (an empty axis, as onnx.reference and onnx's shape inference),
+  # an error where it is negative.
+  if out < 0:
     raise ValueError(
         f"{op}: the window along spatial axis {axis} spans {ext} elements (kernel_shape {k}, "
-        f"dilation {d}) but the padded input has only {n + pb + pe} ({n} + pads {pb} + {pe}); "
-        f"the window must fit in the padded input (with ceil_mode, start inside it)")
+        f"dilation {d}) but the padded input has only {n + pb + pe} ({n} + pads {pb} + {pe}): "
+        f"the spec's output length is {out}, negative; the window must fit in the padded "
+        f"input, or overhang it by less than the stride {s} (an empty axis)")
   return WindowAxis(n, k, s, d, pb, pe, out)
 
 
@@ -143,9 +146,9 @@ def window_plan(op: str, shape: tuple[int, ...], kernel_shape: Any, strides: Any
     TypeError: a shape argument is traced or not a sequence of integers.
     ValueError: wrong lengths; kernel_shape, strides or dilations below 1 (or a kernel_shape
       over 2**24); negative pads, pads
-      at least the kernel, pads with auto_pad; an unknown auto_pad; no window (one larger
-      than the padded input, unless ceil_mode keeps it); ``x`` with fewer axes than the
-      kernel.
+      at least the kernel, pads with auto_pad; an unknown auto_pad; a negative output length
+      (a window that overhangs the padded input by the stride or more; by less, the formula's
+      length is 0: an empty axis); ``x`` with fewer axes than the kernel.
   """
   kernel = int_tuple(op, "kernel_shape", kernel_shape)
   nd = len(kernel)

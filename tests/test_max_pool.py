@@ -370,7 +370,7 @@ X = np.zeros((1, 1, 4, 4), np.float32)
 
 
 @pytest.mark.parametrize("fn, kwargs, exc, match", [
-    ("max_pool", dict(kernel_shape=(5, 5)), ValueError, r"^jaxops.max_pool: the window along"),
+    ("max_pool", dict(kernel_shape=(6, 6)), ValueError, r"^jaxops.max_pool: the window along"),
     ("max_pool", dict(kernel_shape=(2, 2), strides=(0, 1)), ValueError,
      r"^jaxops.max_pool: argument `strides` must be integers >= 1"),
     ("max_pool", dict(kernel_shape=(2, 2), pads=(2, 0, 0, 0)), ValueError,
@@ -1134,3 +1134,38 @@ def test_deviation_pads_as_large_as_the_kernel_are_refused(op):
   with pytest.raises(Exception, match=r"(?i)pad"):
     ort.InferenceSession(model.SerializeToString(),
                          providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
+def test_window_overhanging_the_padded_input_by_less_than_a_stride_gives_an_empty_axis(op):
+  """The spec's length floor((n + pads - extent) / stride) + 1 is 0 where the window overhangs
+  the padded input by less than the stride: an empty axis, as onnxruntime (stride 1),
+  onnx.reference (AveragePool, LpPool, strided MaxPool) and ONNX's shape inference give it
+  (jaxops raised before; found by a fuzz). A negative length stays an error. onnxruntime
+  truncates the division toward zero, so with stride 2 an overhang of 1 gives it one window
+  (docs/DEVIATIONS.md, AveragePool 12)."""
+  x = np.random.default_rng(5).standard_normal((1, 2, 4, 5)).astype(np.float32)
+  fn = {"MaxPool": jaxops.max_pool, "AveragePool": jaxops.average_pool,
+        "LpPool": jaxops.lp_pool}[op]
+  model = _node_model(op, 22, dict(kernel_shape=[5, 2]), x.shape)
+  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+  want = sess.run(None, {"x": x})[0]
+  assert want.shape == (1, 2, 0, 4)
+  got = Backend.run_model(model, [x])[0]
+  assert got.shape == want.shape and got.dtype == want.dtype
+  assert fn(x, (5, 2)).shape == want.shape
+  assert jax.jit(lambda v: fn(v, (5, 2)))(x).shape == want.shape
+  grad = jax.grad(lambda v: jnp.sum(fn(v, (5, 2))))(x)
+  assert grad.shape == x.shape and not np.any(np.asarray(grad))
+  if op == "MaxPool":
+    y, i = jaxops.max_pool(x, (5, 2), return_indices=True)
+    assert y.shape == i.shape == want.shape and jnp.issubdtype(i.dtype, jnp.integer)
+  # stride 2, overhang 1: the spec and onnx.reference 0 windows, onnxruntime 1
+  strided = _node_model(op, 22, dict(kernel_shape=[5, 2], strides=[2, 2]), x.shape)
+  ref = ReferenceEvaluator(strided).run(None, {"x": x})[0]
+  theirs = ort.InferenceSession(strided.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+  assert ref.shape == Backend.run_model(strided, [x])[0].shape == (1, 2, 0, 2)
+  assert theirs.shape == (1, 2, 1, 2)
+  with pytest.raises(ValueError, match=r"spans 6 elements .* output length is -1, negative"):
+    fn(x, (6, 2))

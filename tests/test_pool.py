@@ -188,10 +188,10 @@ X = np.zeros((1, 1, 4, 4), np.float32)
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(kernel_shape=(5, 5)), ValueError, r"window along spatial axis 0 spans 5 .* padded "
-     r"input has only 4"),
-    (dict(kernel_shape=(3, 3), dilations=(2, 2), pads=(0, 0, 0, 0)), ValueError,
-     r"spans 5 elements"),
+    (dict(kernel_shape=(6, 6)), ValueError, r"window along spatial axis 0 spans 6 .* padded "
+     r"input has only 4 .* output length is -1"),
+    (dict(kernel_shape=(3, 3), dilations=(3, 3), pads=(0, 0, 0, 0)), ValueError,
+     r"spans 7 elements"),
     (dict(kernel_shape=(2, 2), pads=(2, 0, 0, 0)), ValueError,
      r"`pads` must be smaller than the kernel along its axis .*got \(2, 0, 0, 0\)"),
     (dict(kernel_shape=(2, 2), pads=(0, -1, 0, 0)), ValueError, r"`pads` must be integers >= 0"),
