@@ -422,17 +422,35 @@ def memory_limit() -> int:
     stats = {}
   if stats.get("bytes_limit"):
     return int(stats["bytes_limit"])
+  return host_memory()
+
+
+@functools.cache
+def host_memory() -> int:
+  """The host's physical memory in bytes (where the static tables of a plan are built)."""
   try:
     return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
   except (ValueError, OSError, AttributeError):
     return 1 << 62
 
 
-def check_output_size(op: str, shape: Sequence[int], dtype: Any) -> None:
+# Host bytes that a static tap table takes per output position and tap, NumPy's tables and
+# XLA's constants together: a resize to 2**22 positions of one axis peaked at 86 (nearest), 80
+# (linear) and 79 (cubic) bytes per position and tap in NumPy alone, and about twice that in
+# the process's resident memory once compiled.
+TABLE_BYTES_PER_TAP = 160
+
+
+def check_output_size(op: str, shape: Sequence[int], dtype: Any, *, taps: int = 0) -> None:
   """A ValueError naming ``op``, the output shape and its size in bytes when an output of that
   shape and dtype cannot fit in the device's memory (``memory_limit()``), raised before XLA tries
-  to allocate it. Sizes are Python integers, so the product never overflows."""
-  count = math.prod(int(d) for d in shape)
+  to allocate it. Sizes are Python integers, so the product never overflows. ``taps``: the
+  output positions times taps of the plan's static tables (summed over its axes), which are
+  built on the host (``TABLE_BYTES_PER_TAP`` each, beside the output where the device is the
+  host): a long axis can need far more memory for them than for the output. A symbolic dim
+  (``jax.export``'s shape polymorphism) counts as 1: the check is then a lower bound."""
+  shape = tuple(int(d) if isinstance(d, (int, np.integer)) else 1 for d in shape)
+  count = math.prod(shape)
   nbytes = count * np.dtype(dtype).itemsize
   # XLA multiplies the dims (and the element size) in int64 even when one dim is 0, and aborts
   # the process where that overflows: [2**40, 2**40, 0] must be an error, not an abort.
@@ -449,6 +467,14 @@ def check_output_size(op: str, shape: Sequence[int], dtype: Any) -> None:
         f"{op}: the output would have shape {tuple(int(d) for d in shape)} and dtype "
         f"{np.dtype(dtype).name}: {count} elements, {nbytes} bytes, more than the {limit} bytes of "
         f"memory of the device; ask for a smaller output")
+  tables = taps * TABLE_BYTES_PER_TAP
+  host = host_memory()
+  if tables and tables + (nbytes if limit == host else 0) > host:
+    raise ValueError(
+        f"{op}: the output would have shape {tuple(int(d) for d in shape)}, and its static tap "
+        f"tables ({taps} positions x taps, about {tables} bytes on the host) with the output's "
+        f"{nbytes} bytes are more than the {host} bytes of the host's memory; ask for a "
+        f"smaller output")
 
 
 def all_true(b: Any) -> Any:

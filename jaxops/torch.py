@@ -114,6 +114,16 @@ def _float_input(name: str, x: Any) -> jax.Array:
   return _checks.floating_input(_op(name), x, tuple(np.dtype(d) for d in _FLOATS), arg="input")
 
 
+def _long(op: str, arg: str, value: int, received: Any, *, error: type = ValueError) -> int:
+  """``value`` where int64 holds it (torch's C++ argument); torch's overflow error otherwise
+  (a ValueError, or a TypeError where torch raises that: interpolate's ``size``)."""
+  if not -2 ** 63 <= value < 2 ** 63:
+    make = _checks.type_error if error is TypeError else _checks.value_error
+    raise make(op, arg, received, "an integer that int64 holds (torch: Overflow when "
+               "unpacking long long)")
+  return value
+
+
 def _coord_dtype(dtype: Any) -> type:
   """The type ATen computes coordinates in: float64 for float64 inputs, float32 otherwise."""
   return np.float64 if np.dtype(dtype) == np.float64 else np.float32
@@ -444,7 +454,7 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
       raise TypeError(f"{op}: expected size to be one of int or Tuple[int] or Tuple[int, int] "
                       f"or Tuple[int, int, int], but got size with types "
                       f"{[type(v) for v in sizes]}")
-    out = [int(a) for a in arr]
+    out = [_long(op, "size", int(a), size, error=TypeError) for a in arr]
     scales = (None,) * len(out)
   elif scale_factor is not None:
     if isinstance(scale_factor, (list, tuple)) and len(scale_factor) != dim:
@@ -509,11 +519,29 @@ def _interp_config(shape: tuple[int, ...], dtype: Any, size: Any, scale_factor: 
     raise TypeError(f"{op}: mode={mode!r} needs {allowed} input; got dtype "
                     f"{np.dtype(dtype).name}")
   kind = {"bicubic": "cubic", "bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
+  _checks.check_output_size(op, tuple(shape[:2]) + tuple(out), dtype,
+                            taps=_interp_taps(kind, antialias, spatial, out))
   return _Interp(kind, tuple((int(n), int(o), s) for n, o, s in zip(spatial, out, scales)),
                  align, antialias, np.dtype(_coord_dtype(dtype)).name)
 
 
 _INTERP = _checks.ConfigCache(_interp_config)
+
+
+def _interp_taps(kind: str, antialias: bool, spatial: Sequence[int], out: Sequence[int]) -> int:
+  """About how many (output position, tap) entries ``interpolate``'s static tables hold
+  (``_checks.check_output_size``): the filter's taps, stretched over in / out where
+  antialiasing downsamples; an area window's length."""
+  total = 0
+  for n, o in zip(spatial, out):
+    if kind == "area":
+      k = -(-n // o) + 1 if o else 0
+    else:
+      k = {"linear": 2, "cubic": 4, "lanczos": 6}.get(kind, 1)
+      if antialias and 0 < o < n:
+        k = -(-k * n // o) + 1
+    total += o * k
+  return total
 
 
 # --- adaptive average pooling -------------------------------------------------------------------
@@ -732,7 +760,7 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
     if a.ndim != 0 or not np.issubdtype(a.dtype, np.integer):
       raise _checks.type_error(op, "output_size", output_size,
                                f"an int or a sequence of {nd} ints")
-    if int(a) < 0:
+    if _long(op, "output_size", int(a), output_size) < 0:
       raise _checks.value_error(op, "output_size", output_size, "sizes >= 0")
     out.append(int(a))
   if not usual_rank and any(o != 1 for o in out):
@@ -746,6 +774,8 @@ def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: An
     if d == 0 and not mean:
       raise ValueError(f"{op}: Expected input to have non-zero size for non-batch dimensions, "
                        f"but input has shape {tuple(shape)}")
+  _checks.check_output_size(op, tuple(shape[:len(shape) - nd]) + tuple(out), np.float32,
+                            taps=_interp_taps("area", False, spatial, out))
   return _Adaptive(tuple((int(n), o) for n, o in zip(spatial, out)))
 
 
@@ -940,7 +970,7 @@ def _avg_config(name: str, nd: int, shape: tuple[int, ...], kernel_size: Any, st
                                                              (int, np.integer)) or isinstance(
                                                                  divisor_override, bool):
       raise _checks.type_error(op, "divisor_override", divisor_override, "an int or None")
-    if int(divisor_override) == 0:
+    if _long(op, "divisor_override", int(divisor_override), divisor_override) == 0:
       raise _checks.value_error(op, "divisor_override", divisor_override,
                                 "non-zero (divisor must be not zero)")
   if any(v <= 0 for v in k):
@@ -1877,6 +1907,8 @@ def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, ker
   static = (name, nd, x.shape, i.shape, kernel_size, stride, padding, output_size)
   cfg = _UNPOOL(_checks.cache_key(*static), *static)
   plane = math.prod(cfg.out[len(cfg.out) - nd:])
+  _checks.check_output_size(op, cfg.out, x.dtype)
+  _check_plane_index(name, plane, what="an output")
   # a concrete array closed over by the caller's jit still gives a traced check there
   bad_index = None if _checks.is_traced(i) or not math.prod(cfg.out) else _bad_index(i, plane)
   if bad_index is not None and not _checks.is_traced(bad_index) and bool(bad_index):
@@ -1886,7 +1918,6 @@ def _max_unpool_nd(name: str, nd: int, input: ArrayLike, indices: ArrayLike, ker
     raise ValueError(f"{op}: argument `indices` must hold indices in [0, {plane}), the size "
                      f"of an output plane {cfg.out[len(cfg.out) - nd:]}; got {bad} (torch: "
                      f"Found an invalid max index)")
-  _checks.check_output_size(op, cfg.out, x.dtype)
   return _max_pool_op.unpool_replicated(_unpool_jit, x, i, nd, cfg)
 
 
@@ -1972,12 +2003,12 @@ def _amax_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any,
   return _AdaptiveMax(_adaptive_config(name, nd, shape, output_size).axes, ind)
 
 
-def _check_plane_index(name: str, plane: int) -> None:
+def _check_plane_index(name: str, plane: int, *, what: str = "an input") -> None:
   """Torch's per-plane indices of a plane of ``plane`` elements must fit the index type, which
   follows jax_enable_x64 at each call (so this is not part of a cached configuration)."""
   dtype = _max_pool_op._index_dtype()
   if plane > np.iinfo(dtype).max:
-    raise ValueError(f"{_op(name)}: an input plane of {plane} elements is more than "
+    raise ValueError(f"{_op(name)}: {what} plane of {plane} elements is more than "
                      f"{dtype.name} indices can address; enable jax_enable_x64 for int64 "
                      f"indices")
 
@@ -2453,7 +2484,7 @@ def _shuffle_factor(name: str, what: str, x: jax.Array, factor: Any) -> int:
                      f"with {x.ndim} dimension(s)")
   if r <= 0:
     raise ValueError(f"{op}: {name} expects a positive {what}, but got {r}")
-  return r
+  return _long(op, what, r, factor)
 
 
 def pixel_shuffle(input: ArrayLike, upscale_factor: int) -> jax.Array:
@@ -2480,6 +2511,9 @@ def pixel_shuffle(input: ArrayLike, upscale_factor: int) -> jax.Array:
                      f"dimension to be divisible by the square of upscale_factor, but "
                      f"input.size(-3)={c} is not divisible by {r * r}")
   n = len(lead)
+  # (torch wraps these shapes in int64; XLA aborts the process on an overflowing extent)
+  _checks.check_output_size(_op("pixel_shuffle"), (*lead, c // (r * r), r, r, h, w), x.dtype)
+  _checks.check_output_size(_op("pixel_shuffle"), (*lead, c // (r * r), h * r, w * r), x.dtype)
   y = x.reshape(*lead, c // (r * r), r, r, h, w)
   y = y.transpose(*range(n), n, n + 3, n + 1, n + 4, n + 2)
   return y.reshape(*lead, c // (r * r), h * r, w * r)
@@ -2508,6 +2542,10 @@ def pixel_unshuffle(input: ArrayLike, downscale_factor: int) -> jax.Array:
                        f"divisible by downscale_factor, but input.size({offset})={length} is "
                        f"not divisible by {r}")
   n = len(lead)
+  # (torch wraps these shapes in int64; XLA aborts the process on an overflowing extent)
+  _checks.check_output_size(_op("pixel_unshuffle"), (*lead, c, h // r, r, w // r, r), x.dtype)
+  _checks.check_output_size(_op("pixel_unshuffle"), (*lead, c * r * r, h // r, w // r),
+                            x.dtype)
   y = x.reshape(*lead, c, h // r, r, w // r, r)
   y = y.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
   return y.reshape(*lead, c * r * r, h // r, w // r)

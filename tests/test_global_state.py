@@ -204,3 +204,19 @@ def test_average_pool_divisor_past_the_table_size(monkeypatch):
   exported = export.export(jax.jit(lambda v: jaxops.average_pool(
       v, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1))))(spec)
   assert len(exported.serialize()) < 100_000
+
+
+def test_unpool_outputs_past_the_index_type_are_refused():
+  """max_unpool's indices are flat positions in its output: without x64 an output of more than
+  2**31 - 1 elements cannot be addressed (JAX raised OverflowError while the program was
+  traced; found by a fuzz). A ValueError naming the op and the output shape (float16, so that
+  the 4.3 GB output passes the memory check on small machines)."""
+  x = np.ones((1, 1, 4, 1), np.float16)
+  i = np.zeros((1, 1, 4, 1), np.int64)
+  with jax.enable_x64(False):
+    with pytest.raises(ValueError, match=r"^jaxops.max_unpool: an output of shape \(1, 1, "
+                                         r"1073741830, 2\) has more elements than int32"):
+      jaxops.max_unpool(x, i, (2 ** 30, 2), strides=(2, 2))
+    with pytest.raises(ValueError, match=r"^jaxops.torch.max_unpool2d: an output plane of "
+                                         r"2147483660 elements"):
+      F.max_unpool2d(jnp.asarray(x), i, (2 ** 30, 2), stride=2)

@@ -199,3 +199,62 @@ def test_roi_align_edge_arguments():
   with pytest.raises(ValueError, match=r"roi_align: argument `boxes` .*\(N = 2\).*entry 2"):
     F.roi_align(x, [one, one, one], 2)
   assert F.roi_align(x, [one, one, np.zeros((0, 4), np.float32)], 2).shape == (2, 3, 2, 2)
+
+
+
+_X3 = np.ones((1, 1, 4), np.float32)
+
+
+@pytest.mark.parametrize("call, theirs", [
+    (lambda m, x: m.interpolate(x, size=2 ** 63), TypeError),
+    (lambda m, x: m.interpolate(x, size=(2 ** 63 + 5,)), TypeError),
+    (lambda m, x: m.adaptive_avg_pool1d(x, 2 ** 63), ValueError),
+    (lambda m, x: m.adaptive_max_pool1d(x, 2 ** 63), ValueError),
+    (lambda m, x: m.adaptive_avg_pool2d(x[None], 2 ** 63), ValueError),
+    (lambda m, x: m.avg_pool2d(x[None], (1, 2), divisor_override=2 ** 63), ValueError),
+    (lambda m, x: m.avg_pool2d(x[None], (1, 2), divisor_override=2 ** 64), ValueError),
+    (lambda m, x: m.pixel_unshuffle(x[None], 2 ** 63), ValueError),
+])
+def test_integers_past_int64_are_refused_as_torch_refuses_them(call, theirs):
+  """An int argument outside int64 is torch's overflow error (a ValueError, or a TypeError for
+  interpolate's size), not a wrapped result: interpolate(size=2**63) returned an empty axis,
+  avg_pool2d's divisor_override=2**63 divided by it, and the adaptive pools raised OverflowError
+  or MLIR's TypeError (found by a fuzz)."""
+  assert _run(lambda: call(TF, torch.tensor(_X3))) is theirs
+  with pytest.raises(theirs, match=r"^jaxops\.torch\.\w+: argument `\w+` must be an integer "
+                                   r"that int64 holds"):
+    call(F, jnp.asarray(_X3))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: F.pixel_unshuffle(jnp.ones((1, 1, 0, 0)), 2 ** 32),
+    lambda: F.pixel_unshuffle(jnp.ones((1, 4, 0, 0)), 2 ** 31),
+    lambda: jax.jit(lambda x: F.pixel_unshuffle(x, 2 ** 32))(jnp.ones((1, 1, 0, 0))),
+    lambda: F.pixel_shuffle(jnp.ones((1, 0, 2, 2)), 2 ** 31),
+])
+def test_shuffles_of_empty_inputs_by_huge_factors_are_refused(call):
+  """Empty inputs whose rearranged shape overflows int64: torch wraps the shape (pixel_unshuffle
+  by 2**32 of (1, 1, 0, 0) gives (1, 1, 0, 0)) or raises (pixel_shuffle: "Stride calculation
+  overflowed"); XLA aborted the process on it (found by a fuzz). A ValueError naming the op
+  (docs/DEVIATIONS.md, jaxops.torch 14)."""
+  with pytest.raises(ValueError, match=r"^jaxops\.torch\.pixel_(un)?shuffle: the output shape "
+                                       r".* exceeds 2\*\*63 - 1"):
+    call()
+
+
+def test_outputs_and_tables_past_memory_are_refused_before_they_are_built():
+  """A size whose output or static tables cannot fit in memory is a ValueError naming the op
+  before anything is allocated: interpolate(scale_factor=1e10) raised NumPy's MemoryError for
+  298 GiB of tables, adaptive_avg_pool1d to 2**31 a 16 GiB table, max_unpool1d past int32
+  indices an OverflowError (found by a fuzz)."""
+  x = jnp.ones((1, 1, 4))
+  with pytest.raises(ValueError, match=r"^jaxops\.torch\.interpolate: the output would have "
+                                       r"shape \(1, 1, 40000000000\)"):
+    F.interpolate(x, scale_factor=1e10)
+  with pytest.raises(ValueError, match=r"^jaxops\.torch\.adaptive_avg_pool1d: the output would "
+                                       r"have shape \(1, 1, 2147483648\), and its static tap "
+                                       r"tables"):
+    F.adaptive_avg_pool1d(x, 2 ** 31)
+  with pytest.raises(ValueError, match=r"^jaxops\.torch\.max_unpool1d: the output would have "
+                                       r"shape \(1, 1, 4398046511104\)"):
+    F.max_unpool1d(x, np.zeros((1, 1, 4), np.int64), 2 ** 40)
