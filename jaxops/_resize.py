@@ -22,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.typing import ArrayLike
 
 from jaxops import _checks
@@ -251,9 +252,9 @@ def _config(x: jax.Array, sizes: Any, scales: Any, roi: Any, axes: Any, mode: An
   roi_static, roi_traced = _roi(roi, opts.coord, len(ax))
   plans = _with_roi(plans, roi_static)
   out_shape = _output_shape(shape, plans)
-  _checks.check_output_size(_OP, out_shape, x.dtype)
   if roi_traced is None:  # a traced roi may move any axis, even one of scale 1
     plans = [p for p in plans if not _is_identity(p, opts.coord)]
+  _checks.check_output_size(_OP, out_shape, x.dtype, taps=_table_taps(plans, opts))
   _check_dtype(x.dtype, opts.mode)
   return _canonical_config(opts, tuple(plans), out_shape, bool(legacy_resize10)), roi_traced
 
@@ -371,10 +372,10 @@ def _canonical_config(opts: _Options, plans: tuple[_Axis, ...], out_shape: tuple
 def _check_dtype(dtype: Any, mode: Mode) -> None:
   if mode is Mode.NEAREST:
     return
-  if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)) or (
-      dtype == jnp.bool_):
-    raise TypeError(f"{_OP}: mode={mode.value!r} needs a floating or integer `x`; got dtype "
-                    f"{np.dtype(dtype).name} (use mode='nearest', which copies any dtype)")
+  if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+          or jnp.issubdtype(dtype, jnp.complexfloating)) or dtype == jnp.bool_:
+    raise TypeError(f"{_OP}: mode={mode.value!r} needs a floating, complex or integer `x`; got "
+                    f"dtype {np.dtype(dtype).name} (use mode='nearest', which copies any dtype)")
 
 
 def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any,
@@ -416,6 +417,17 @@ def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any
     out = int(math.floor(target + 0.5))
     plans.append(_Axis(d, i, shape[d], out, scale, target, float(out), None))
   return plans
+
+
+def _table_taps(plans: list[_Axis], opts: _Options) -> int:
+  """About how many (output position, tap) entries the static tables of ``plans`` hold: the
+  filter's taps per output position, more where antialiasing stretches it over 1 / scale."""
+  base = {Mode.NEAREST: 1, Mode.LINEAR: 2, Mode.CUBIC: 4}[opts.mode]
+  total = 0
+  for p in plans:
+    stretched = opts.antialias and opts.mode is not Mode.NEAREST and 0 < p.scale < 1
+    total += p.out_len * (math.ceil(base / p.scale) + 1 if stretched else base)
+  return total
 
 
 def _is_identity(p: _Axis, coord: CoordinateTransformationMode) -> bool:
@@ -557,6 +569,11 @@ def _resize_jit(x: jax.Array, roi: jax.Array | None, cfg: _Config) -> jax.Array:
     return jnp.zeros(cfg.out_shape, x.dtype)
   in_dtype = x.dtype
   nearest = cfg.mode is Mode.NEAREST
+  if not nearest and jnp.issubdtype(in_dtype, jnp.complexfloating):
+    # the same weights on the real and imaginary parts (the map is real-linear); the fill of
+    # tf_crop_and_resize is extrapolation_value + 0j
+    im_cfg = dataclasses.replace(cfg, extrapolation_value=0.0, extrapolation_signbit=False)
+    return lax.complex(_resize_jit(jnp.real(x), roi, cfg), _resize_jit(jnp.imag(x), roi, im_cfg))
   y = x if nearest else x.astype(_interp_dtype(in_dtype))
   if roi is None:
     y = _static_passes(y, cfg)

@@ -233,7 +233,7 @@ def test_grad_traces_through_the_fast_path():
     (lambda x: jaxops.resize(x, scales=(1, 1, 2, 2), cubic_coeff_a=math.nan), ValueError,
      r"argument `cubic_coeff_a` must be a finite float; got nan"),
     (lambda x: jaxops.resize(x.astype(bool), scales=(1, 1, 2, 2), mode="linear"), TypeError,
-     r"resize: mode='linear' needs a floating or integer `x`; got dtype bool"),
+     r"resize: mode='linear' needs a floating, complex or integer `x`; got dtype bool"),
     (lambda x: jaxops.resize(x, scales=(1, 1, 2, 2), roi=[0, 1],
                              coordinate_transformation_mode="tf_crop_and_resize"), ValueError,
      r"argument `roi` must be a 1-D array of 8 values"),

@@ -262,9 +262,50 @@ def test_errors(kw, exc, match):
 
 
 def test_linear_rejects_bool():
-  with pytest.raises(TypeError, match=r"mode='linear' needs a floating or integer `x`; got "
-                                      r"dtype bool"):
+  """T1 allows bool, and the spec does not say what interpolating it means (neither oracle runs
+  it): linear and cubic refuse it (docs/DEVIATIONS.md, Resize 17)."""
+  with pytest.raises(TypeError, match=r"mode='linear' needs a floating, complex or integer `x`; "
+                                      r"got dtype bool"):
     jaxops.resize(np.array([True, False]), scales=[2.0], mode="linear")
+
+
+@pytest.mark.parametrize("kw", [
+    dict(mode="linear"),
+    dict(mode="cubic", exclude_outside=True),
+    dict(mode="linear", antialias=True),
+    dict(mode="cubic", coordinate_transformation_mode="tf_crop_and_resize",
+         roi=[0.1, -0.4, 0.9, 1.3], extrapolation_value=7.0),
+])
+def test_complex_linear_and_cubic_resize_each_part_with_the_same_weights(kw):
+  """Resize's T1 allows complex types, and linear and cubic are real-linear maps: the real and
+  imaginary parts interpolated with the same weights (the imaginary part of the fill 0). jaxops
+  refused them before (found by a fuzz). The oracle is onnx.reference on each part, as floats
+  (on complex inputs it drops the imaginary part, even for nearest; onnxruntime has no complex
+  Resize: docs/DEVIATIONS.md, Resize 17)."""
+  rng = np.random.default_rng(8)
+  x = (rng.standard_normal((5, 6)) + 1j * rng.standard_normal((5, 6))).astype(np.complex64)
+  sizes = np.array([9, 4], np.int64)
+  node_kw = {k: int(v) if isinstance(v, bool) else v for k, v in kw.items() if k != "roi"}
+  extra = {"roi": np.asarray(kw["roi"], np.float32)} if "roi" in kw else {}
+  want_re = _reference(node_kw, x.real.copy(), sizes=sizes, **extra)
+  fill = dict(node_kw, extrapolation_value=0.0) if "extrapolation_value" in kw else node_kw
+  want_im = _reference(fill, x.imag.copy(), sizes=sizes, **extra)
+  got = jaxops.resize(x, sizes=list(sizes), **kw)
+  assert got.dtype == np.complex64
+  np.testing.assert_allclose(np.asarray(got).real, want_re, rtol=2e-6, atol=2e-6)
+  np.testing.assert_allclose(np.asarray(got).imag, want_im, rtol=2e-6, atol=2e-6)
+
+
+def test_tables_past_the_hosts_memory_are_refused_before_they_are_built():
+  """An output that fits in memory can still need static tap tables that do not: a length-4
+  axis resized to 2**31 (an 8 GiB output) built about 17.5 GB of NumPy tables before the
+  process was killed for memory (found by a fuzz). A ValueError naming the tables, raised
+  before anything is allocated; a long axis that fits still runs."""
+  x = np.ones((1, 1, 4, 1), np.float32)
+  with pytest.raises(ValueError, match=r"^jaxops.resize: the output would have shape \(1, 1, "
+                                       r"2147483648, 1\), and its static tap tables"):
+    jaxops.resize(x, sizes=(1, 1, 2 ** 31, 1), mode="linear")
+  assert jaxops.resize(x, sizes=(1, 1, 2 ** 16, 1), mode="linear").shape == (1, 1, 2 ** 16, 1)
 
 
 def test_traced_scales_is_a_clear_type_error():
