@@ -612,3 +612,68 @@ def test_backend_review_mends():
   np.testing.assert_array_equal(np.asarray(rep.jax_function()(xs)[0]), want)
   np.testing.assert_array_equal(rep.run([xs])[0], want)
   assert not rep._host
+
+
+def _one_node(node, x_type, y_type, opset, x_shape=(1, 1, 4, 4)):
+  graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", x_type, x_shape)],
+                            [helper.make_tensor_value_info("Y", y_type, None)])
+  return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_prepare_names_node_version_and_allowed_types():
+  """A declared element type that the node's version forbids: prepare passed on onnx's shape
+  inference message (no version, no allowed types; for Cast's `to`, not even the attribute),
+  where run_node named them (found by a dtype fuzz). onnxruntime refuses both models too."""
+  pool = _one_node(helper.make_node("AveragePool", ["X"], ["Y"], kernel_shape=[2, 2], name="p"),
+                   TensorProto.INT32, TensorProto.INT32, 22)
+  with pytest.raises(TypeError, match=r"^jaxops.onnx: node 'p' \(AveragePool-22\): input 0 "
+                                      r"\(`X`\) has element type INT32; allowed: BFLOAT16, "
+                                      r"DOUBLE, FLOAT, FLOAT16$"):
+    Backend.prepare(pool)
+  cast = _one_node(helper.make_node("Cast", ["X"], ["Y"], to=TensorProto.FLOAT8E4M3FN),
+                   TensorProto.FLOAT, TensorProto.FLOAT8E4M3FN, 13, (2,))
+  with pytest.raises(TypeError, match=r"^jaxops.onnx: Cast version 13 does not allow `to` of "
+                                      r"type FLOAT8E4M3FN; allowed: BFLOAT16, BOOL"):
+    Backend.prepare(cast)
+  with pytest.raises(Exception):
+    ort.InferenceSession(pool.SerializeToString(), providers=["CPUExecutionProvider"])
+  # onnxruntime runs Cast-13 to FLOAT8E4M3FN, a type Cast-19 added (docs/DEVIATIONS.md, Cast 16)
+  sess = ort.InferenceSession(cast.SerializeToString(), providers=["CPUExecutionProvider"])
+  assert sess.run(None, {"X": np.array([1.5, 300], np.float32)})[0].tolist() == [60, 121]
+  assert not Backend.is_compatible(pool) and not Backend.is_compatible(cast)
+
+
+def test_inputs_and_outputs_declared_without_a_shape_run_as_onnxruntime_runs_them():
+  """make_tensor_value_info(name, type, None) declares any rank: onnx.checker requires the
+  shape field on the main graph's inputs and outputs, and prepare refused such models, which
+  onnxruntime and onnx.reference run (found by a graph fuzz)."""
+  node = helper.make_node("MaxPool", ["X"], ["Y"], kernel_shape=[2, 2])
+  model = _one_node(node, TensorProto.FLOAT, TensorProto.FLOAT, 22, None)
+  x = np.random.default_rng(2).standard_normal((1, 2, 5, 4)).astype(np.float32)
+  want = ort.InferenceSession(model.SerializeToString(),
+                              providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+  assert Backend.is_compatible(model)
+  np.testing.assert_array_equal(Backend.prepare(model).run([x])[0], want)
+
+
+def test_a_domain_imported_twice_is_refused():
+  """opset_import [("", 11), ("ai.onnx", 22)] imports the default domain twice: the last import
+  silently won, so the order decided which Resize version ran (found by a graph fuzz);
+  onnx.checker refuses the model too."""
+  node = helper.make_node("MaxPool", ["X"], ["Y"], kernel_shape=[2, 2])
+  model = _one_node(node, TensorProto.FLOAT, TensorProto.FLOAT, 22)
+  model.opset_import.append(helper.make_opsetid("ai.onnx", 11))
+  with pytest.raises(ValueError, match=r"^jaxops.onnx: the model imports the domain\(s\) "
+                                       r"\['ai.onnx'\] more than once"):
+    Backend.prepare(model)
+  assert not Backend.is_compatible(model)
+
+
+def test_is_compatible_agrees_with_prepare():
+  """is_compatible built the model's nodes but skipped prepare's checks, so it answered True
+  for a MaxPool whose output is declared DOUBLE, which prepare (and onnxruntime) refuse."""
+  node = helper.make_node("MaxPool", ["X"], ["Y"], kernel_shape=[2, 2])
+  model = _one_node(node, TensorProto.FLOAT, TensorProto.DOUBLE, 22)
+  with pytest.raises(ValueError, match="declared types contradict its nodes"):
+    Backend.prepare(model)
+  assert not Backend.is_compatible(model)

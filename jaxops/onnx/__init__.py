@@ -159,6 +159,13 @@ class BackendRep(_BaseRep):
     self.model = model
     self.device = _device(device)
     graph = model.graph
+    domains = [("" if imp.domain == "ai.onnx" else imp.domain) for imp in model.opset_import]
+    twice = sorted({d for d in domains if domains.count(d) > 1})
+    if twice:  # (onnx.checker refuses it too; the last import would silently win)
+      raise ValueError(f"jaxops.onnx: the model imports the domain(s) "
+                       f"{[d or 'ai.onnx' for d in twice]} more than once "
+                       f"({[(i.domain, i.version) for i in model.opset_import]}); import each "
+                       f"domain once")
     opsets = {("" if imp.domain == "ai.onnx" else imp.domain): imp.version
               for imp in model.opset_import}
     if opsets.get("", 0) > onnx.defs.onnx_opset_version():  # as onnxruntime refuses it
@@ -233,6 +240,28 @@ class BackendRep(_BaseRep):
                      if adapter is not None and adapter.host) or any(
         v.dtype == object for n, v in {**self._init, **consts}.items() if n in live)
     self._cache: dict[Any, Any] = {}
+
+  def _check_types(self, model: onnx.ModelProto) -> None:
+    """Each node's input element types, as onnx's shape inference (not strict) infers them,
+    against the node's version (``_registry.check_node_types``): the TypeError that names the
+    node, its version, the input and the allowed types, where strict inference failed."""
+    try:
+      inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except (onnx.shape_inference.InferenceError, ValueError):
+      return
+    g = inferred.graph
+    types = {t.name: t.data_type for t in g.initializer}
+    types.update((vi.name, vi.type.tensor_type.elem_type)
+                 for vi in [*g.input, *g.value_info, *g.output]
+                 if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type)
+    for node, adapter, attrs in self._nodes:
+      if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        continue
+      if adapter is None:  # folded: its adapter ran (and checked) when the model was prepared
+        continue
+      names = [onnx.TensorProto.DataType.Name(types[n]) if n in types else None
+               for n in node.input]
+      _registry.check_node_types(node.name, adapter, names, attrs)
 
   def _execute(self, env: dict[str, Any]) -> list[Any]:
     for node, adapter, attrs in self._nodes:
@@ -420,6 +449,23 @@ def _for_checks(model: onnx.ModelProto) -> onnx.ModelProto:
   return out
 
 
+def _shapes_declared(model: onnx.ModelProto) -> onnx.ModelProto:
+  """``model``, or a copy for onnx's checker where the graph's inputs and outputs declared
+  without a shape (``make_tensor_value_info(name, type, None)``: any rank) declare an empty one:
+  the checker requires the field, onnxruntime and onnx.reference run such models."""
+  g = model.graph
+  bare = [vi.name for vi in [*g.input, *g.output]
+          if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+  if not bare:
+    return model
+  out = onnx.ModelProto()
+  out.CopyFrom(model)
+  for vi in [*out.graph.input, *out.graph.output]:
+    if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+      vi.type.tensor_type.shape.SetInParent()
+  return out
+
+
 class Backend(_BaseBackend):
   """``onnx.backend.base.Backend`` for models whose nodes are all jaxops operators.
 
@@ -432,8 +478,8 @@ class Backend(_BaseBackend):
     if not cls.supports_device(device):
       return False
     try:
-      BackendRep(model, device)
-    except (NotImplementedError, ValueError, TypeError):  # (constant folding runs the nodes)
+      cls.prepare(model, device)  # (the same checks as prepare: constant folding runs nodes)
+    except (NotImplementedError, ValueError, TypeError):
       return False
     return True
 
@@ -453,7 +499,7 @@ class Backend(_BaseBackend):
                          f"the type out)")
     checked = _for_checks(model)
     try:
-      onnx.checker.check_model(checked)
+      onnx.checker.check_model(_shapes_declared(checked))
     except onnx.checker.ValidationError as e:
       raise ValueError(f"jaxops.onnx: the model fails onnx.checker.check_model: {e}") from e
     # Declared element types (outputs, value_info, initializers as inputs) against the inferred
@@ -467,6 +513,7 @@ class Backend(_BaseBackend):
     try:
       onnx.shape_inference.infer_shapes(typed, check_type=True, strict_mode=True)
     except onnx.shape_inference.InferenceError as e:
+      rep._check_types(typed)  # a node's element types, in jaxops' words where it finds one
       raise ValueError(f"jaxops.onnx: the model's declared types contradict its nodes "
                        f"(onnx.shape_inference, as onnxruntime checks them): {e}") from e
     except ValueError as e:  # onnx's own, e.g. "Invalid tensor data type 0." for Cast's `to`

@@ -125,20 +125,41 @@ def check_node(node_name: str, adapter: Adapter, inputs: Sequence[Any],
       the same type parameter have different types.
     ValueError: the adapter's rank rule refuses the input ranks.
   """
+  names: list[str | None] = []
+  for value in inputs:
+    if value is None:
+      names.append(None)
+      continue
+    try:
+      names.append(_type_name(value))
+    except ValueError:
+      names.append(str(np.dtype(value.dtype)))
+  check_node_types(node_name, adapter, names)
+  if adapter.rank is not None:
+    label = node_label(node_name, adapter.op_type, adapter.since_version)
+    rules = _input_rules(adapter.op_type, adapter.since_version)
+    problem = adapter.rank(list(inputs), attrs)
+    if problem is not None:
+      i, what = problem
+      formal = rules[min(i, len(rules) - 1)].name if rules else str(i)
+      raise ValueError(f"{label}: input {i} (`{formal}`) {what}")
+
+
+def check_node_types(node_name: str, adapter: Adapter, names: Sequence[str | None],
+                     attrs: dict[str, Any] | None = None) -> None:
+  """``check_node``'s element type rules on the ONNX type names of a node's inputs (None: an
+  omitted or unknown input); with ``attrs``, also the type that Cast's `to` names (when the
+  model is prepared, where onnx's shape inference would otherwise word the refusal)."""
   label = node_label(node_name, adapter.op_type, adapter.since_version)
   rules = _input_rules(adapter.op_type, adapter.since_version)
   bound: dict[str, tuple[int, str]] = {}
-  for i, value in enumerate(inputs):
-    if value is None or not rules:
+  for i, name in enumerate(names):
+    if name is None or not rules:
       continue
     rule = rules[i] if i < len(rules) else rules[-1]
     if i >= len(rules) and not rule.variadic:
-      raise ValueError(f"{label}: has {len(inputs)} inputs; the schema takes at most "
+      raise ValueError(f"{label}: has {len(names)} inputs; the schema takes at most "
                        f"{len(rules)} ({', '.join(r.name for r in rules)})")
-    try:
-      name = _type_name(value)
-    except ValueError:
-      name = str(np.dtype(value.dtype))
     if name not in rule.allowed:
       raise TypeError(f"{label}: input {i} (`{rule.name}`) has element type {name}; allowed: "
                       f"{', '.join(sorted(rule.allowed))}")
@@ -148,12 +169,10 @@ def check_node(node_name: str, adapter: Adapter, inputs: Sequence[Any],
         raise TypeError(f"{label}: input {i} (`{rule.name}`) has element type {name} but input "
                         f"{first[0]} has {first[1]}; both are of type {rule.param}, which must "
                         f"be one type")
-  if adapter.rank is not None:
-    problem = adapter.rank(list(inputs), attrs)
-    if problem is not None:
-      i, what = problem
-      formal = rules[min(i, len(rules) - 1)].name if rules else str(i)
-      raise ValueError(f"{label}: input {i} (`{formal}`) {what}")
+  if attrs is not None and adapter.op_type == "Cast" and "to" in attrs:
+    target = _dtypes.elem_type(f"jaxops.onnx: Cast version {adapter.since_version}", "to",
+                               attrs["to"])
+    _check_type("Cast", adapter.since_version, "T2", "`to`", target.name)
 
 
 def check_signature(node: Any, adapter: Adapter) -> None:
