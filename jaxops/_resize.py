@@ -544,6 +544,13 @@ def _static_table(cfg: _Config, p: _Axis) -> tuple[np.ndarray, np.ndarray, np.nd
     x_ori = _coords(np, p, cfg.coord, np.arange(p.out_len, dtype=np.float64), p.roi)
     x_ori = np.asarray(x_ori, dtype=np.float64)
   idx, w, mask = _taps(np, cfg, p, x_ori)
+  if w.shape[1] == 2:
+    # Linear taps past an edge, both clamped to the edge pixel with weights (1 - r, r): the
+    # output is that pixel, but (1 - r) * v + r * v in the input's float type is not always v
+    # (an ulp off for 0.25 * v + 0.75 * v); 0.5 and 0.5 give v exactly, infinities included,
+    # as onnxruntime (which clamps the coordinate) and onnx.reference (float64) give it.
+    same = (idx[:, 0] == idx[:, 1]) & (w[:, 0] != 0) & (w[:, 1] != 0)
+    w = np.where(same[:, None], 0.5, w)
   for arr in (idx, w, mask):
     if arr is not None:
       arr.setflags(write=False)
