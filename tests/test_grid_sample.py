@@ -464,6 +464,23 @@ def test_deviation_reference_keeps_float64_coordinates_in_float32():
         ReferenceEvaluator(node).run(None, {"x": x, "g": g})[0].ravel(), ref_want)
 
 
+def test_deviation_reference_computes_coordinates_in_a_half_grids_type():
+  """A float16 grid on float64 X (T2 is its own type parameter): onnx.reference computes the
+  pixel coordinates in float16, the grid's type, and samples 0.02-0.07 away on 16 pixels (a
+  dtype fuzz found it). jaxops computes them in X's precision from the grid's exact values,
+  as torch does in float64 with the grid converted exactly."""
+  rng = np.random.default_rng(21)
+  x = rng.standard_normal((1, 2, 16, 16))
+  g = rng.uniform(-1, 1, (1, 5, 5, 2)).astype(np.float16)
+  node = helper.make_node("GridSample", ["x", "g"], ["y"], mode="linear", align_corners=0)
+  want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g.astype(np.float64)),
+                                         mode="bilinear", align_corners=False).numpy()
+  got = np.asarray(jaxops.grid_sample(x, g))
+  np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+  ref = ReferenceEvaluator(node).run(None, {"x": x, "g": g})[0]
+  assert np.max(np.abs(ref - want)) > 1e-3
+
+
 def test_deviation_reflection_axes_follow_align_corners():
   # align_corners=1 reflects about pixel centres 0 and L - 1: index -1 reads index 1 (the
   # spec's sentence); align_corners=0 about the pixel edges -0.5 and L - 0.5: -1 reads 0. In

@@ -670,6 +670,16 @@ def test_deviation_max_pool_reference_unstrided_path():
   with pytest.raises(Exception):
     got = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, row(3, 3, 4, 4, dtype=np.float32))
+  # 2-D, explicit pads on one axis: the reference reads pads [1, 0, 1, 0] as if on the other
+  # (shape (2, 1, 6, 3)); the spec's (n + pads - k) / s + 1 gives (2, 1, 7, 2), as onnxruntime
+  # (found by a dtype fuzz)
+  x2 = np.random.default_rng(0).standard_normal((2, 1, 6, 4)).astype(np.float32)
+  model2 = _node_model("MaxPool", 22, dict(kernel_shape=[2, 3], pads=[1, 0, 1, 0]), x2.shape)
+  want = ort.InferenceSession(model2.SerializeToString(),
+                              providers=["CPUExecutionProvider"]).run(None, {"x": x2})[0]
+  assert want.shape == (2, 1, 7, 2)
+  np.testing.assert_array_equal(Backend.run_model(model2, [x2])[0], want)
+  assert ReferenceEvaluator(model2).run(None, {"x": x2})[0].shape == (2, 1, 6, 3)
 
 
 def test_deviation_max_pool_auto_pad():

@@ -334,3 +334,16 @@ def test_deviation_onnxruntime_roi_half_pixel_symmetric_and_integer_outputs():
   want = ReferenceEvaluator(model).run(None, {"X": x})[0]
   np.testing.assert_array_equal(Backend.run_model(model, [x])[0], want)
   assert (want == 0).all() and (_ort(model, x) == 255).all()
+
+
+def test_deviation_onnxruntime_refuses_sizes_of_zero():
+  """`sizes` with a 0 gives an empty axis (the spec's output shape is `sizes`; onnx.reference
+  and ONNX's shape inference agree). onnxruntime refuses it ("Scale value should be greater
+  than 0"; found by a graph fuzz). docs/DEVIATIONS.md, Resize's onnxruntime item (h)."""
+  x = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+  model = _resize_model(x, [1, 2, 0, 3], TensorProto.FLOAT, mode="linear")
+  got = Backend.run_model(model, [x])[0]
+  assert got.shape == (1, 2, 0, 3) and got.dtype == np.float32
+  assert ReferenceEvaluator(model).run(None, {"X": x})[0].shape == (1, 2, 0, 3)
+  with pytest.raises(Exception, match="greater than 0"):
+    _ort(model, x)
