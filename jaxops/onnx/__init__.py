@@ -255,9 +255,7 @@ class BackendRep(_BaseRep):
                  for vi in [*g.input, *g.value_info, *g.output]
                  if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type)
     for node, adapter, attrs in self._nodes:
-      if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-        continue
-      if adapter is None:  # folded: its adapter ran (and checked) when the model was prepared
+      if adapter is None:  # a Constant, or folded: its adapter ran (and checked) when prepared
         continue
       names = [onnx.TensorProto.DataType.Name(types[n]) if n in types else None
                for n in node.input]
@@ -453,16 +451,15 @@ def _shapes_declared(model: onnx.ModelProto) -> onnx.ModelProto:
   """``model``, or a copy for onnx's checker where the graph's inputs and outputs declared
   without a shape (``make_tensor_value_info(name, type, None)``: any rank) declare an empty one:
   the checker requires the field, onnxruntime and onnx.reference run such models."""
-  g = model.graph
-  bare = [vi.name for vi in [*g.input, *g.output]
-          if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
-  if not bare:
+  def bare(g: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    return [vi for vi in [*g.input, *g.output]
+            if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+  if not bare(model.graph):
     return model
   out = onnx.ModelProto()
   out.CopyFrom(model)
-  for vi in [*out.graph.input, *out.graph.output]:
-    if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
-      vi.type.tensor_type.shape.SetInParent()
+  for vi in bare(out.graph):
+    vi.type.tensor_type.shape.SetInParent()
   return out
 
 
