@@ -728,6 +728,8 @@ del _prim, _impl, _side, _other
 
 def _adaptive_config(name: str, nd: int, shape: tuple[int, ...], output_size: Any) -> _Adaptive:
   op = _op(name)
+  if isinstance(output_size, np.ndarray) and output_size.ndim == 1:
+    output_size = tuple(output_size.tolist())  # torch takes a 1-D NumPy array as a sequence
   # torch's adaptive_avg_pool2d/3d to size 1 on every axis is a mean over the last axes, of an
   # input of any rank (its Python wrapper asks nd + 1 axes of a sequence output_size, nd of an
   # int); the rank is checked below, once the sizes are known

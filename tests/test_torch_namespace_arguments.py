@@ -258,3 +258,14 @@ def test_outputs_and_tables_past_memory_are_refused_before_they_are_built():
   with pytest.raises(ValueError, match=r"^jaxops\.torch\.max_unpool1d: the output would have "
                                        r"shape \(1, 1, 4398046511104\)"):
     F.max_unpool1d(x, np.zeros((1, 1, 4), np.int64), 2 ** 40)
+
+
+@pytest.mark.parametrize("name", ["adaptive_avg_pool2d", "adaptive_max_pool2d"])
+@pytest.mark.parametrize("output_size", [np.array([2, 3]), np.array([2, 3], np.int32),
+                                         np.array([2, None], object), np.array([2.0, 2.0])])
+def test_adaptive_pools_take_a_1d_numpy_output_size_as_torch_does(name, output_size):
+  """torch reads a 1-D NumPy array as the sequence of sizes (None keeps an axis; floats are its
+  TypeError); jaxops.torch raised a TypeError for every array (found by an argument fuzz)."""
+  theirs = _run(lambda: getattr(TF, name)(torch.tensor(_X4), output_size))
+  ours = _run(lambda: getattr(F, name)(jnp.asarray(_X4), output_size))
+  _same(theirs, ours, name)
