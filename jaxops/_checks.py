@@ -455,23 +455,23 @@ def check_output_size(op: str, shape: Sequence[int], dtype: Any, *, taps: int = 
   # XLA multiplies the dims (and the element size) in int64 even when one dim is 0, and aborts
   # the process where that overflows: [2**40, 2**40, 0] must be an error, not an abort.
   held = np.dtype(jax.dtypes.canonicalize_dtype(dtype)).itemsize  # float64 is float32 without x64
-  extent = math.prod(int(d) for d in shape if d) * held
+  extent = math.prod(d for d in shape if d) * held
   if count == 0 and extent > np.iinfo(np.int64).max:  # (a non-empty one fails the next check)
     raise ValueError(
-        f"{op}: the output shape {tuple(int(d) for d in shape)} has dims whose product times "
+        f"{op}: the output shape {shape} has dims whose product times "
         f"the {held}-byte element ({extent}) exceeds 2**63 - 1, which XLA cannot represent "
         f"even when another dim is 0")
   limit = memory_limit()
   if nbytes > limit:
     raise ValueError(
-        f"{op}: the output would have shape {tuple(int(d) for d in shape)} and dtype "
+        f"{op}: the output would have shape {shape} and dtype "
         f"{np.dtype(dtype).name}: {count} elements, {nbytes} bytes, more than the {limit} bytes of "
         f"memory of the device; ask for a smaller output")
   tables = taps * TABLE_BYTES_PER_TAP
   host = host_memory()
   if tables and tables + (nbytes if limit == host else 0) > host:
     raise ValueError(
-        f"{op}: the output would have shape {tuple(int(d) for d in shape)}, and its static tap "
+        f"{op}: the output would have shape {shape}, and its static tap "
         f"tables ({taps} positions x taps, about {tables} bytes on the host) with the output's "
         f"{nbytes} bytes are more than the {host} bytes of the host's memory; ask for a "
         f"smaller output")

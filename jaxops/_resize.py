@@ -420,14 +420,9 @@ def _plan(shape: tuple[int, ...], axes: tuple[int, ...], sizes: Any, scales: Any
 
 
 def _table_taps(plans: list[_Axis], opts: _Options) -> int:
-  """About how many (output position, tap) entries the static tables of ``plans`` hold: the
-  filter's taps per output position, more where antialiasing stretches it over 1 / scale."""
-  base = {Mode.NEAREST: 1, Mode.LINEAR: 2, Mode.CUBIC: 4}[opts.mode]
-  total = 0
-  for p in plans:
-    stretched = opts.antialias and opts.mode is not Mode.NEAREST and 0 < p.scale < 1
-    total += p.out_len * (math.ceil(base / p.scale) + 1 if stretched else base)
-  return total
+  """How many (output position, tap) entries the static tables of ``plans`` hold (``_num_taps``
+  per output position)."""
+  return sum(p.out_len * _num_taps(opts.mode, p.scale, opts.antialias)[0] for p in plans)
 
 
 def _is_identity(p: _Axis, coord: CoordinateTransformationMode) -> bool:

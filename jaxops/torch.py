@@ -537,7 +537,7 @@ def _interp_taps(kind: str, antialias: bool, spatial: Sequence[int], out: Sequen
     if kind == "area":
       k = -(-n // o) + 1 if o else 0
     else:
-      k = {"linear": 2, "cubic": 4, "lanczos": 6}.get(kind, 1)
+      k = _INTERP_SIZE.get(kind, 1)
       if antialias and 0 < o < n:
         k = -(-k * n // o) + 1
     total += o * k
