@@ -66,18 +66,27 @@ def test_with_indices_pools_match_torch(nd):
 @pytest.mark.parametrize("r", [1, 2, 3])
 def test_pixel_shuffle_and_unshuffle_match_torch(lead, r):
   rng = np.random.default_rng(r + len(lead))
+  xs, wants = [], []
   for dtype in (np.float64, np.int32, np.bool_):
     x = (rng.standard_normal(lead + (2 * r * r, 3, 4)) > 0).astype(dtype) if dtype == np.bool_ \
         else (rng.standard_normal(lead + (2 * r * r, 3, 4)) * 10).astype(dtype)
-    want = TF.pixel_shuffle(torch.from_numpy(x), r).numpy()
-    got = np.asarray(F.pixel_shuffle(x, r))
+    xs.append(x)
+    wants.append(TF.pixel_shuffle(torch.from_numpy(x), r).numpy())
+  y = rng.standard_normal(lead + (2, 3 * r, 2 * r))
+
+  def run(xs, wants, y):  # one program (eager, each reshape and transpose compiles on its own)
+    return ([(F.pixel_shuffle(x, r), F.pixel_unshuffle(w, r), F.pixel_unshuffle(x, 1))
+             for x, w in zip(xs, wants)], F.pixel_unshuffle(y, r))
+
+  outs, got_y = jax.jit(run)(xs, wants, y)
+  for x, want, (got, back, same) in zip(xs, wants, outs):
+    got = np.asarray(got)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(np.asarray(F.pixel_unshuffle(want, r)), x)
+    np.testing.assert_array_equal(np.asarray(back), x)
     np.testing.assert_array_equal(
-        np.asarray(F.pixel_unshuffle(x, 1)), TF.pixel_unshuffle(torch.from_numpy(x), 1).numpy())
-  y = rng.standard_normal(lead + (2, 3 * r, 2 * r))
-  np.testing.assert_array_equal(np.asarray(F.pixel_unshuffle(y, r)),
+        np.asarray(same), TF.pixel_unshuffle(torch.from_numpy(x), 1).numpy())
+  np.testing.assert_array_equal(np.asarray(got_y),
                                 TF.pixel_unshuffle(torch.from_numpy(y), r).numpy())
 
 
