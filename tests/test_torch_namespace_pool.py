@@ -475,25 +475,33 @@ def test_lp_pool_infinite_norm_type_matches_torch(nd, norm_type):
   x[0, 1] = 0.0  # whole windows of zeros: torch's |x| has the derivative sign(x), 0 there
   x[1, 0, :2] = -0.0
   fn, tfn = getattr(F, f"lp_pool{nd}d"), getattr(TF, f"lp_pool{nd}d")
+  cases = []
   for stride, ceil_mode in ((None, False), (2, True)):
     xt = torch.tensor(x, requires_grad=True)
     ty = tfn(xt, norm_type, 3, stride, ceil_mode)
     w = np.cos(np.arange(ty.numel())).reshape(tuple(ty.shape))
     (ty * torch.tensor(w)).sum().backward()
-    np.testing.assert_array_equal(np.asarray(fn(x, norm_type, 3, stride, ceil_mode)),
-                                  ty.detach().numpy())
-    g = jax.grad(lambda v: jnp.sum(fn(v, norm_type, 3, stride, ceil_mode) * w))(x)
-    np.testing.assert_allclose(np.asarray(g), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
-  if nd == 1:  # torch's lp_pool1d is then its max_pool1d, which takes a one-element kernel list
-    np.testing.assert_array_equal(np.asarray(fn(x, norm_type, [3])),
-                                  tfn(torch.tensor(x), norm_type, [3]).numpy())
+    cases.append((stride, ceil_mode, w, ty.detach().numpy(), xt.grad.numpy()))
   # NaN: torch's x ** nan, NaN everywhere (values and the gradient), not an error
   xt = torch.tensor(x, requires_grad=True)
   ty = tfn(xt, np.nan, 3, 2, True)
   ty.sum().backward()
-  y, g = jax.value_and_grad(lambda v: jnp.sum(fn(v, np.nan, 3, 2, True)))(x)
-  np.testing.assert_array_equal(np.asarray(fn(x, np.nan, 3, 2, True)), ty.detach().numpy())
-  np.testing.assert_array_equal(np.asarray(g), xt.grad.numpy())
+
+  def run(v):  # one program (eager, every step of the gradient would compile on its own)
+    return ([(fn(v, norm_type, 3, s, c), jax.grad(
+        lambda u, s=s, c=c, w=w: jnp.sum(fn(u, norm_type, 3, s, c) * w))(v))
+             for s, c, w, _, _ in cases],
+            fn(v, np.nan, 3, 2, True), jax.grad(lambda u: jnp.sum(fn(u, np.nan, 3, 2, True)))(v))
+
+  outs, y_nan, g_nan = jax.jit(run)(x)
+  for (_, _, _, want, want_grad), (y, g) in zip(cases, outs):
+    np.testing.assert_array_equal(np.asarray(y), want)
+    np.testing.assert_allclose(np.asarray(g), want_grad, rtol=1e-12, atol=1e-12)
+  np.testing.assert_array_equal(np.asarray(y_nan), ty.detach().numpy())
+  np.testing.assert_array_equal(np.asarray(g_nan), xt.grad.numpy())
+  if nd == 1:  # torch's lp_pool1d is then its max_pool1d, which takes a one-element kernel list
+    np.testing.assert_array_equal(np.asarray(fn(x, norm_type, [3])),
+                                  tfn(torch.tensor(x), norm_type, [3]).numpy())
 
 
 @pytest.mark.parametrize("nd", [1, 2, 3])
