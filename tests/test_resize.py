@@ -426,17 +426,25 @@ def test_compensated_crop_coordinates_are_the_exact_value_rounded_once():
   A backend that fused the error-free steps (an FMA, a reassociation) would fail here."""
   rng = np.random.default_rng(4)
   worst_plain = 0.0
+  cases = []
   for _ in range(60):
     n1 = int(rng.choice([5, 511, 2047, 65535, 2 ** 24 - 1]))
     out = int(rng.integers(2, 40))
     g = np.arange(out, dtype=np.float64) * n1 / (out - 1)
     scale = 10.0 ** rng.uniform(-3, 3)
     start, end = (np.float32(v) for v in rng.uniform(-1, 1, 2) * scale)
-    with jax.enable_x64(False):
-      got = np.asarray(jax.jit(lambda a, b, g=g, n1=n1: _resize._compensated(g, n1, a, b))(
-          start, end), np.float64)
-      plain = np.asarray(jnp.float32(start) * n1 + jnp.asarray(g, jnp.float32) * (
-          jnp.float32(end) - jnp.float32(start)), np.float64)
+    cases.append((n1, g, start, end))
+
+  def run(ends):  # the 60 cases in one program (one each spent the test compiling)
+    return [_resize._compensated(g, n1, a, b) for (n1, g, _, _), (a, b) in zip(cases, ends)]
+
+  with jax.enable_x64(False):
+    gots = jax.jit(run)([(start, end) for _, _, start, end in cases])
+  for (n1, g, start, end), got in zip(cases, gots):
+    got = np.asarray(got, np.float64)
+    # the plain float32 formula (NumPy's float32 arithmetic: one rounding per operation)
+    plain = (start * np.float32(n1) + g.astype(np.float32) * (end - start)).astype(np.float64)
+    out = len(g)
     exact = [Fraction(float(start)) * n1 + Fraction(float(v)) * (Fraction(float(end)) -
                                                                   Fraction(float(start)))
              for v in g]
