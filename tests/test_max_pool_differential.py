@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import jaxops
 from jaxops.onnx import _registry
+from _together import run_together
 
 N_CHUNKS = 6
 OPTIONS = ort.SessionOptions()
@@ -223,19 +224,13 @@ def max_ort_deviation(cfg):
 
 def run_adapters(cfgs, xs):
   """Each configuration through its version's adapter, ten to one jax.jit (compiles dominate)."""
-  out = []
-  for i in range(0, len(cfgs), 10):
-    group = cfgs[i:i + 10]
-    adapters = [_registry.ADAPTERS[(c["op"], onnx.defs.get_schema(c["op"], c["version"],
-                                                                  "").since_version)]
-                for c in group]
+  def call(c):
+    adapter = _registry.ADAPTERS[(c["op"], onnx.defs.get_schema(c["op"], c["version"],
+                                                               "").since_version)]
+    return lambda v: adapter.fn([v], dict(c["attrs"]))[:c["outputs"]]
 
-    def run(values, group=group, adapters=adapters):
-      return [a.fn([v], dict(c["attrs"]))[:c["outputs"]]
-              for a, v, c in zip(adapters, values, group)]
-
-    out += [[np.asarray(o) for o in outs] for outs in jax.jit(run)(xs[i:i + 10])]
-  return out
+  return [[np.asarray(o) for o in outs]
+          for outs in run_together([call(c) for c in cfgs], xs, 10)]
 
 
 def _max_input(cfg):

@@ -32,6 +32,7 @@ from onnx.reference.ops import op_resize
 
 import jaxops
 from jaxops import _dtypes
+from _together import run_together
 
 COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
           "asymmetric", "tf_crop_and_resize")
@@ -161,20 +162,6 @@ def _kwargs(cfg: dict) -> dict:
   return kw
 
 
-def _ours_together(cfgs: list[dict], size: int = 20) -> list[np.ndarray]:
-  """``jaxops.resize`` of each configuration's input, ``size`` configurations to one jax.jit
-  (one program each would spend most of the sweep compiling: XLA's cost per program)."""
-  out = []
-  for i in range(0, len(cfgs), size):
-    group = cfgs[i:i + size]
-
-    def run(xs, group=group):
-      return [jaxops.resize(x, roi=c.get("roi"), **_kwargs(c)) for x, c in zip(xs, group)]
-
-    out += [np.asarray(y) for y in jax.jit(run)([c["x"] for c in group])]
-  return out
-
-
 def _ours(cfg: dict, x: np.ndarray, traced_roi: bool = False) -> np.ndarray:
   kw = _kwargs(cfg)
   if traced_roi:  # the roi as the model has it (a float32 tensor), traced under jit
@@ -281,10 +268,11 @@ CROP = [seed for seed in COMPARED if _config(seed)["coord"] == "tf_crop_and_resi
 def test_against_onnx_reference(chunk):
   seeds = COMPARED[chunk::8]
   cfgs = [_config(seed) for seed in seeds]
-  for seed, cfg, got in zip(seeds, cfgs, _ours_together(cfgs)):
+  calls = [lambda x, c=c: jaxops.resize(x, roi=c.get("roi"), **_kwargs(c)) for c in cfgs]
+  for seed, cfg, got in zip(seeds, cfgs, run_together(calls, [c["x"] for c in cfgs], 20)):
     ref = ReferenceEvaluator(_model(cfg)).run(None, {"X": cfg["x"]})[0]
     try:
-      _assert_matches(cfg, got, ref)
+      _assert_matches(cfg, np.asarray(got), ref)
     except AssertionError as e:
       raise AssertionError(f"seed {seed}: {cfg}") from e
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as TF
 
 import jaxops.torch as F
+from _together import run_together
 
 CHUNKS = 4
 PER_CHUNK = 50  # 200 configurations in all
@@ -56,16 +57,11 @@ def test_uint8_interpolate_matches_torch_exactly(chunk):
       continue  # torch's generic kernel's width-1 outputs: deviation 8, pinned below
     cases.append((x, kw, want))
   assert len(cases) >= PER_CHUNK * 0.9
-  for i in range(0, len(cases), 10):  # ten configurations to one program (compiles dominate)
-    group = cases[i:i + 10]
-
-    def run(xs, group=group):
-      return [F.interpolate(x, **kw) for x, (_, kw, _) in zip(xs, group)]
-
-    for (x, kw, want), got in zip(group, jax.jit(run)([c[0] for c in group])):
-      got = np.asarray(got)
-      assert got.dtype == np.uint8
-      np.testing.assert_array_equal(got, want, err_msg=f"{x.shape} {kw}")
+  calls = [lambda v, kw=kw: F.interpolate(v, **kw) for _, kw, _ in cases]
+  for (x, kw, want), got in zip(cases, run_together(calls, [c[0] for c in cases], 10)):
+    got = np.asarray(got)
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(got, want, err_msg=f"{x.shape} {kw}")
 
 
 def want_shape_is_one_by_one(x: np.ndarray, kw: dict) -> bool:
