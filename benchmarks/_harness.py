@@ -383,9 +383,10 @@ def check(case: Case) -> None:
       s.agreement += f" vs {ref_name}"
 
 
-def grad_of_sum_of_squares(f: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Array], Any]:
-  """``x -> jax.grad(sum(f(x) ** 2))(x)``: the backward rows' work (forward included)."""
-  return jax.grad(lambda x: jnp.sum(jnp.square(f(x))))
+def grad_of_sum_of_squares(f: Callable[..., jax.Array]) -> Callable[..., Any]:
+  """``x, *rest -> jax.grad(sum(f(x, *rest) ** 2))(x, *rest)``: the backward rows' work (forward
+  included), the gradient with respect to the first argument."""
+  return jax.grad(lambda x, *rest: jnp.sum(jnp.square(f(x, *rest))))
 
 
 def _identity(x: Any) -> Any:

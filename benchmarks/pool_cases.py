@@ -373,9 +373,11 @@ def _max_unpool(backward: bool) -> Any:
     glob = it.numpy() + _plane_offsets(x0.shape, c.n)
     b = Builder(ctx.jax_device(), y)
     wrap = grad_of_sum_of_squares if backward else (lambda f: f)
-    ind = jax.device_put(glob.astype(np.int32), ctx.jax_device())
-    b.add("jaxops", lambda: b.jax(wrap(lambda v: jaxops.max_unpool(v, ind, c.kernel,
-                                                                   strides=c.strides)), y))
+    # The indices are an argument, as in a user's program (max_pool's output): closed over, they
+    # would be a constant of the compiled program, which XLA may fold its work on.
+    b.add("jaxops", lambda: b.jax(wrap(lambda v, k: jaxops.max_unpool(v, k, c.kernel,
+                                                                      strides=c.strides)),
+                                  y, glob.astype(np.int32)))
     if backward:
       b.skip("onnxruntime", ORT_NO_BACKWARD)
     elif ctx.device == "cpu":
