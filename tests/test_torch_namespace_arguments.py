@@ -269,3 +269,21 @@ def test_adaptive_pools_take_a_1d_numpy_output_size_as_torch_does(name, output_s
   theirs = _run(lambda: getattr(TF, name)(torch.tensor(_X4), output_size))
   ours = _run(lambda: getattr(F, name)(jnp.asarray(_X4), output_size))
   _same(theirs, ours, name)
+
+
+@pytest.mark.parametrize("name", ["adaptive_avg_pool2d", "adaptive_max_pool2d",
+                                  "adaptive_avg_pool3d", "adaptive_max_pool3d"])
+def test_deviation_numpy_integer_output_size_is_pinned(name):
+  """DEVIATIONS jaxops.torch 15: torch 2.13's 2-D and 3-D adaptive pools call len() on a NumPy
+  integer output_size (a TypeError), where its 1-D adaptive pools and every kernel_size take one
+  as the int. jaxops.torch takes it as the int on every path: the result of torch's int call
+  (found by an argument fuzz)."""
+  x = _X4[:, :, None] if name.endswith("3d") else _X4
+  with pytest.raises(TypeError, match="has no len"):
+    getattr(TF, name)(torch.tensor(x), np.int64(2))
+  theirs = _run(lambda: getattr(TF, name)(torch.tensor(x), 2))
+  for size in (np.int64(2), np.int32(2)):
+    _same(theirs, _run(lambda s=size: getattr(F, name)(jnp.asarray(x), s)), name)
+  # torch's own 1-D path takes the NumPy integer
+  _same(_run(lambda: TF.adaptive_avg_pool1d(torch.tensor(_X4[0]), 2)),
+        _run(lambda: TF.adaptive_avg_pool1d(torch.tensor(_X4[0]), np.int64(2))), "torch 1-D")
