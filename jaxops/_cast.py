@@ -65,7 +65,9 @@ def cast(x: jax.typing.ArrayLike, to: Any, *, saturate: bool = True,
   saturates); float -> int4/uint4/int2/uint2 rounds half to even, then keeps the low bits
   (ONNX's Int4/Int2 notes); integer -> integer keeps the low bits (200 int16 -> -56 int8, 8
   -> -8 int4); integer -> float rounds, +-Inf when out of range; anything -> bool is ``x != 0``
-  (NaN gives True); bool -> number is 1 or 0.
+  (NaN gives True); bool -> number is 1 or 0. With JAX's 64-bit types off (its default), INT64,
+  UINT64 and DOUBLE targets give int32, uint32 and float32, as JAX narrows them (with its
+  warning): the result is that of a cast to INT32, UINT32 or FLOAT.
 
   Float8 targets (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ) follow ONNX's saturation tables: with
   ``saturate`` values beyond the largest finite value, and +-Inf, become +-max; without it they

@@ -723,6 +723,20 @@ def test_64_bit_numpy_inputs_without_64_bit_types():
     with pytest.warns(UserWarning, match="float64"):
       assert_same(jaxops.cast(np.array([1 + 2 ** -23 + 2 ** -24]), "DOUBLE"),
                   np.array([1 + 2 ** -22], np.float32))
+    # INT64 and UINT64 are int32 and uint32 here (JAX warns so): values past them come out as
+    # the cast to INT32 / UINT32 gives them (floats saturate, integers keep their low 32 bits),
+    # not as ONNX's 64-bit results (found by an audit of the default mode)
+    f32 = np.array([3e9, -3e9, 5.5, -7.5], np.float32)
+    u32 = np.array([3_000_000_000, 5], np.uint32)
+    i32 = np.array([-1, 7], np.int32)
+    for x, to, want in ((f32, "INT64", np.array([2 ** 31 - 1, -(2 ** 31), 5, -7], np.int32)),
+                        (u32, "INT64", u32.astype(np.int32)),
+                        (f32[2:], "UINT64", np.array([5, 0], np.uint32)),
+                        (i32, "UINT64", i32.astype(np.uint32)),
+                        (np.array([2 ** 40 + 5], np.int64), "INT64", np.array([5], np.int32))):
+      with pytest.warns(UserWarning, match="int64"):
+        assert_same(jaxops.cast(x, to), want)
+      assert_same(jaxops.cast(x, to.replace("64", "32")), want)
     # NumPy scalars as 0-d arrays (JAX took them as 32-bit: np.int64(2**40 + 5) cast as 5)
     assert_same(jaxops.cast(np.int64(2 ** 40 + 5), "FLOAT"), np.float32(2 ** 40 + 5))
     assert_same(jaxops.cast(np.float64(16777217.0), "INT32"), np.int32(16777217))
