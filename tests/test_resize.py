@@ -722,15 +722,28 @@ def test_deviation_float32_roi_is_read_exactly():
   model.ir_version = 9
   sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
   assert sess.run(None, feeds)[0][0, 0] == 10.0
-  # a static roi must be finite; a traced NaN one extrapolates
+  # a static roi must be finite; a traced NaN one extrapolates, where onnxruntime reads pixels
+  # (nearest, linear: from the input's values 0-50) or gives 0 (cubic), all finite
   with pytest.raises(ValueError, match=r"jaxops.resize: argument `roi` must be finite"):
     jaxops.resize(x, roi=[0, np.nan, 1, 0.8], scales=scales, **kw)
+  nan_roi = np.array([0, np.nan, 1, 0.8], np.float32)
   for mode in ("nearest", "linear", "cubic"):
     y = jax.jit(lambda r: jaxops.resize(x, roi=r, scales=scales, mode=mode,
                                         coordinate_transformation_mode="tf_crop_and_resize",
-                                        extrapolation_value=-1.0))(
-        jnp.array([0, np.nan, 1, 0.8], jnp.float32))
+                                        extrapolation_value=-1.0))(jnp.asarray(nan_roi))
     np.testing.assert_array_equal(np.asarray(y), -1.0)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode,
+                            coordinate_transformation_mode="tf_crop_and_resize",
+                            extrapolation_value=-1.0)
+    model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
+                      for n, v in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, feeds | {"roi": nan_roi})[0]
+    assert np.all((theirs >= 0) & (theirs <= 50)), (mode, theirs)
 
 
 @pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "pytorch_half_pixel",
