@@ -138,7 +138,8 @@ def roi_align(x: ArrayLike, rois: ArrayLike, batch_indices: ArrayLike, *, mode: 
     compute in float32).
 
   Raises:
-    ValueError: bad shapes or options.
+    ValueError: bad shapes or options; an output, or one roi's sample tables (``sampling_ratio``
+      or the adaptive bound per bin and axis, times the output size), past the device's memory.
     TypeError: unsupported dtypes, or traced static options.
 
   Examples:
@@ -194,7 +195,26 @@ def _roi_align_checked(x: Any, rois: Any, batch_indices: Any, cfg: _Config) -> j
     raise _checks.value_error(_OP, "x", f"shape {x.shape}", "non-empty N, H and W")
   k, c = rois.shape[0], x.shape[1]
   _checks.check_output_size(_OP, (k, c, cfg.out_h, cfg.out_w), x.dtype)
+  # Each axis' samples (per roi, bin and sample: taps, weights, masks) are tables the output's
+  # size does not bound: sampling_ratio=2**31 on one 1 x 1 bin asked XLA for 318 GB and failed
+  # only when the result was read (RESOURCE_EXHAUSTED). Refused where one roi's tables cannot
+  # fit (the plans take the rois in chunks, but never less than one).
+  kh, kw = _samples_per_axis(cfg, x.shape[2]), _samples_per_axis(cfg, x.shape[3])
+  limit = _checks.memory_limit()
+  if (cfg.out_h * kh + cfg.out_w * kw) * _SAMPLE_BYTES > limit:
+    arg, value = (("sampling_ratio", cfg.sampling_ratio) if cfg.sampling_ratio > 0 else
+                  ("output_height", cfg.out_h) if cfg.out_h >= cfg.out_w else
+                  ("output_width", cfg.out_w))
+    raise _checks.value_error(
+        _OP, arg, value, f"small enough for one roi's sample tables to fit in memory "
+        f"(output_height {cfg.out_h} x {kh} + output_width {cfg.out_w} x {kw} samples, at "
+        f"least {_SAMPLE_BYTES} bytes each, are more than the {limit} bytes of the device)")
   return _roi_align_jit(x, rois, batch_indices, cfg)
+
+
+# Bytes per sample and axis of the tables above, at least (two tap indices, two weights, the
+# coordinate and masks; XLA asked for 74 bytes per sample and axis where sampling_ratio=2**31).
+_SAMPLE_BYTES = 64
 
 
 def _samples_per_axis(cfg: _Config, length: int) -> int:

@@ -145,3 +145,32 @@ def test_roi_align_max_sampling_ratio_past_int32_caps_nothing(x64):
       y = jaxops.roi_align(x, np.array([[0, 0, 2, 2.0]], np.float32), np.array([0]),
                            max_sampling_ratio=cap)
       assert float(np.asarray(y).ravel()[0]) == 2.5
+
+
+def test_roi_align_sample_tables_past_memory_are_refused_before_xla_allocates():
+  """sampling_ratio=2**31 on one 1 x 1 bin asked XLA for 318 GB of sample tables: the call
+  returned, and reading the result raised XLA's RESOURCE_EXHAUSTED (found by an error-handling
+  audit; onnxruntime aborts the process there and onnx.reference ran out of time). Now a
+  ValueError naming the argument, before tracing, through every entry point."""
+  import jaxops.torch as F
+  from onnx import helper
+
+  from jaxops.onnx import Backend
+
+  x = np.zeros((1, 2, 6, 6), np.float32)
+  rois = np.array([[0, 0, 3, 3]], np.float32)
+  for ratio in (2 ** 31, 2 ** 28):
+    with pytest.raises(ValueError, match=r"argument `sampling_ratio` .* one roi's sample tables"):
+      jaxops.roi_align(x, rois, np.array([0]), sampling_ratio=ratio)
+    with pytest.raises(ValueError, match=r"argument `sampling_ratio`"):
+      jax.jit(lambda a, r=ratio: jaxops.roi_align(a, rois, np.array([0]), sampling_ratio=r))(x)
+    with pytest.raises(ValueError, match=r"argument `sampling_ratio`"):
+      F.roi_align(x, np.c_[np.zeros(1, np.float32), rois], 1, sampling_ratio=ratio)
+    node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], sampling_ratio=ratio)
+    with pytest.raises(ValueError, match=r"sampling_ratio"):
+      Backend.run_node(node, [x, rois, np.array([0], np.int64)], opset_version=16)
+  with pytest.raises(ValueError, match=r"argument `output_width`"):
+    jaxops.roi_align(x, rois, np.array([0]), output_width=2 ** 30)
+  # a large but possible call still runs: 64 samples per bin and axis
+  assert jaxops.roi_align(x, rois, np.array([0]), sampling_ratio=64, output_height=7,
+                          output_width=7).shape == (1, 2, 7, 7)
