@@ -677,3 +677,31 @@ def test_is_compatible_agrees_with_prepare():
   with pytest.raises(ValueError, match="declared types contradict its nodes"):
     Backend.prepare(model)
   assert not Backend.is_compatible(model)
+
+
+@pytest.mark.parametrize("node, feeds, opset", [
+    (helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"]),
+     [np.zeros((1, 2, 6, 6), np.float32), np.array([], np.float32), None,
+      np.array([[1, 2, 12, 12]], np.int64)], 19),
+    (helper.make_node("AffineGrid", ["theta", "size"], ["grid"]),
+     [np.zeros((1, 2, 3), np.float32), np.array([[1, 1, 4, 4]], np.int64)], 20),
+    (helper.make_node("ConstantOfShape", ["shape"], ["y"],
+                      value=helper.make_tensor("v", TensorProto.FLOAT, [1, 1], [1.0])),
+     [np.array([2, 3], np.int64)], 21),
+], ids=["Resize sizes 2-D", "AffineGrid size 2-D", "ConstantOfShape value (1, 1)"])
+def test_run_node_refuses_what_shape_inference_and_onnxruntime_refuse(node, feeds, opset):
+  """run_node built its one-node model and ran it without ONNX's shape inference, so it ran
+  these nodes, which prepare and onnxruntime refuse (found by an error-handling audit)."""
+  names = [n for n in node.input if n]
+  arrays = [a for a in feeds if a is not None]
+  model = helper.make_model(helper.make_graph(
+      [node], "g", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                                  list(a.shape)) for n, a in zip(names, arrays)],
+      [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None)]),
+      opset_imports=[helper.make_opsetid("", opset)])
+  with pytest.raises(Exception):  # noqa: B017 - onnxruntime's own exception types
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, dict(zip(names, arrays)))
+  with pytest.raises(ValueError, match=rf"\({node.op_type}-{opset}\) fails ONNX's shape "
+                                       r"inference"):
+    run_node(node, feeds, opset_version=opset)

@@ -527,7 +527,11 @@ class Backend(_BaseBackend):
   def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
                outputs_info: Sequence[tuple[Any, Any]] | None = None,
                **kwargs: Any) -> tuple[np.ndarray, ...]:
-    """Runs one node. ``opset_version=`` picks the opset (default: the newest onnx knows)."""
+    """Runs one node. ``opset_version=`` picks the opset (default: the newest onnx knows).
+
+    The node is checked by ONNX's shape inference (as :meth:`prepare` and onnxruntime check a
+    model) but not by ``onnx.checker``, which refuses deprecated ops such as Upsample-10.
+    """
     opset = int(kwargs.get("opset_version", onnx.defs.onnx_opset_version()))
     if isinstance(inputs, Mapping):  # by name, as BackendRep.run takes them
       unknown = set(inputs) - {n for n in node.input if n}
@@ -556,7 +560,19 @@ class Backend(_BaseBackend):
                      for name in node.output if name]
     graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return BackendRep(model, device).run([a for n, a in zip(node.input, arrays) if n])
+    feeds = [a for n, a in zip(node.input, arrays) if n]
+    # ONNX's shape inference, as prepare and onnxruntime check a model, so that run_node refuses
+    # what they refuse (found by an audit: it ran a Resize whose sizes were 2-D, an AffineGrid
+    # whose size was 2-D, a ConstantOfShape value of shape (1, 1)). onnx.checker is left out:
+    # it refuses deprecated ops (Upsample-10), which run_node is the way to run.
+    try:
+      onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except onnx.shape_inference.InferenceError as e:
+      # jaxops' own check of these inputs, where it has one, names the node, version and input
+      BackendRep(model, device).run(feeds)
+      raise ValueError(f"jaxops.onnx: node {node.name!r} ({node.op_type}-{opset}) fails ONNX's "
+                       f"shape inference, as onnxruntime checks it: {e}") from e
+    return BackendRep(model, device).run(feeds)
 
   @classmethod
   def supports_device(cls, device: str) -> bool:
