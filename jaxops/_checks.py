@@ -76,6 +76,11 @@ def int_tuple(op: str, arg: str, value: Any, *, length: int | None = None,
   arr = concrete(op, arg, value)
   if arr.ndim == 0 and length is not None:
     arr = np.full((length,), arr)
+  if arr.dtype == object and arr.ndim == 1 and all(
+      isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in arr):
+    # Python ints past uint64 (2**64): NumPy keeps them as objects (it was "a 1-D sequence of
+    # integers", where 2**63 said what is wrong)
+    raise value_error(op, arg, value, "integers that int64 holds")
   if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)
                            or _all_integral(arr)):
     raise type_error(op, arg, value, "a 1-D sequence of integers")

@@ -1301,6 +1301,10 @@ def _lp_pool(name: str, nd: int, input: ArrayLike, norm_type: Any, kernel_size: 
              stride: Any, ceil_mode: Any) -> jax.Array:
   op = _op(name)
   x = _float_input(name, input)
+  if (isinstance(norm_type, (int, np.integer)) and not isinstance(norm_type, (bool, np.bool_))
+      and not -2 ** 63 <= norm_type < 2 ** 64):  # torch converts an int norm_type in C++
+    raise _checks.value_error(op, "norm_type", norm_type, "a number; an int in [-2**63, 2**64) "
+                              "(torch: int too big to convert)")
   p = _checks.static_float(op, "norm_type", _bool_as_number(norm_type), finite=False)
   # torch's lp_pool multiplies by kernel_size: lp_pool1d takes an int only (a sequence is
   # torch's TypeError; with p = +-inf torch's lp_pool1d is its max_pool1d, which takes one),

@@ -107,6 +107,16 @@ _I = np.array([[[[0, 3], [8, 15]]]])
      ValueError, r"roi_align: argument `max_sampling_ratio`"),
     (lambda: jaxops.constant_of_shape(np.array([2 ** 63, 0], np.uint64)), ValueError,
      r"constant_of_shape: argument `shape` must be integers that int64 holds"),
+    # past uint64 NumPy keeps Python ints as objects: "a 1-D sequence of integers" before, and
+    # lp_pool's p of 2**64 ran (found by an error-handling audit)
+    (lambda: jaxops.roi_align(_X4, [[0, 0, 2, 2.0]], [0], output_height=2 ** 64), ValueError,
+     r"roi_align: argument `output_height` must be integers that int64 holds"),
+    (lambda: jaxops.max_pool(_X4, (2 ** 64, 2)), ValueError,
+     r"max_pool: argument `kernel_shape` must be integers that int64 holds"),
+    (lambda: jaxops.lp_pool(_X4, (2, 2), p=2 ** 64), ValueError,
+     r"lp_pool: argument `p` must be a positive integer that int64 holds"),
+    (lambda: jaxops.global_lp_pool(_X4, p=2 ** 63), ValueError,
+     r"global_lp_pool: argument `p` must be a positive integer that int64 holds"),
     # ragged nesting raised NumPy's message, naming neither op nor argument
     (lambda: jaxops.average_pool(_X4, [[1], [2, 3]]), TypeError,
      r"average_pool: argument `kernel_shape` must be a number or a flat sequence"),

@@ -287,3 +287,16 @@ def test_deviation_numpy_integer_output_size_is_pinned(name):
   # torch's own 1-D path takes the NumPy integer
   _same(_run(lambda: TF.adaptive_avg_pool1d(torch.tensor(_X4[0]), 2)),
         _run(lambda: TF.adaptive_avg_pool1d(torch.tensor(_X4[0]), np.int64(2))), "torch 1-D")
+
+
+@pytest.mark.parametrize("p", [2 ** 64, -(2 ** 64)])
+def test_lp_pool_int_norm_type_past_64_bits_is_refused_as_torch_refuses_it(p):
+  """torch converts an int norm_type in C++ and raises OverflowError past [-2**63, 2**64);
+  jaxops.torch ran it (found by an error-handling audit) and now raises its ValueError. Inside
+  that range and as a float torch pools, and so does jaxops.torch."""
+  assert _run(lambda: TF.lp_pool2d(torch.tensor(_X4), p, 2)) is OverflowError
+  with pytest.raises(ValueError, match=r"^jaxops\.torch\.lp_pool2d: argument `norm_type`"):
+    F.lp_pool2d(jnp.asarray(_X4), p, 2)
+  for q in (2 ** 63, float(p)):
+    _same(_run(lambda q=q: TF.lp_pool2d(torch.tensor(_X4), q, 2)),
+          _run(lambda q=q: F.lp_pool2d(jnp.asarray(_X4), q, 2)), repr(q))
