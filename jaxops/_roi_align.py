@@ -38,6 +38,7 @@ import dataclasses
 import functools
 import math
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -193,23 +194,30 @@ def _roi_align_checked(x: Any, rois: Any, batch_indices: Any, cfg: _Config) -> j
                               f"of shape ({rois.shape[0]},) (one per roi)")
   if x.shape[2] == 0 or x.shape[3] == 0 or x.shape[0] == 0:
     raise _checks.value_error(_OP, "x", f"shape {x.shape}", "non-empty N, H and W")
-  k, c = rois.shape[0], x.shape[1]
-  _checks.check_output_size(_OP, (k, c, cfg.out_h, cfg.out_w), x.dtype)
-  # Each axis' samples (per roi, bin and sample: taps, weights, masks) are tables the output's
-  # size does not bound: sampling_ratio=2**31 on one 1 x 1 bin asked XLA for 318 GB and failed
-  # only when the result was read (RESOURCE_EXHAUSTED). Refused where one roi's tables cannot
-  # fit (the plans take the rois in chunks, but never less than one).
-  kh, kw = _samples_per_axis(cfg, x.shape[2]), _samples_per_axis(cfg, x.shape[3])
-  limit = _checks.memory_limit()
-  if (cfg.out_h * kh + cfg.out_w * kw) * _SAMPLE_BYTES > limit:
-    arg, value = (("sampling_ratio", cfg.sampling_ratio) if cfg.sampling_ratio > 0 else
-                  ("output_height", cfg.out_h) if cfg.out_h >= cfg.out_w else
-                  ("output_width", cfg.out_w))
-    raise _checks.value_error(
-        _OP, arg, value, f"small enough for one roi's sample tables to fit in memory "
-        f"(output_height {cfg.out_h} x {kh} + output_width {cfg.out_w} x {kw} samples, at "
-        f"least {_SAMPLE_BYTES} bytes each, are more than the {limit} bytes of the device)")
+  check_memory(_OP, rois.shape[0], x.shape, x.dtype, cfg.out_h, cfg.out_w, cfg.sampling_ratio,
+               cfg.max_sampling_ratio)
   return _roi_align_jit(x, rois, batch_indices, cfg)
+
+
+def check_memory(op: str, k: int, shape: tuple[int, ...], dtype: Any, out_h: int, out_w: int,
+                 sampling_ratio: int, max_sampling_ratio: int | None,
+                 names: Mapping[str, str] | None = None) -> None:
+  """ValueErrors naming ``op`` where the output of ``k`` rois on an input of ``shape`` cannot
+  fit in the device's memory, or one roi's sample tables cannot. Each axis' samples (per roi,
+  bin and sample: taps, weights, masks) are tables the output's size does not bound:
+  sampling_ratio=2**31 on one 1 x 1 bin asked XLA for 318 GB and failed only when the result was
+  read (RESOURCE_EXHAUSTED). The plans take the rois in chunks, but never less than one.
+  ``names``: the caller's names of ``sampling_ratio``, ``output_height`` and ``output_width``."""
+  _checks.check_output_size(op, (k, shape[1], out_h, out_w), dtype)
+  kh, kw = (_samples_bound(sampling_ratio, max_sampling_ratio, n) for n in shape[2:])
+  limit = _checks.memory_limit()
+  if (out_h * kh + out_w * kw) * _SAMPLE_BYTES > limit:
+    arg, value = (("sampling_ratio", sampling_ratio) if sampling_ratio > 0 else
+                  ("output_height", out_h) if out_h >= out_w else ("output_width", out_w))
+    raise _checks.value_error(
+        op, (names or {}).get(arg, arg), value, f"small enough for one roi's sample tables to "
+        f"fit in memory (output height {out_h} x {kh} + output width {out_w} x {kw} samples, "
+        f"at least {_SAMPLE_BYTES} bytes each, are more than the {limit} bytes of the device)")
 
 
 # Bytes per sample and axis of the tables above, at least (two tap indices, two weights, the
@@ -219,10 +227,14 @@ _SAMPLE_BYTES = 64
 
 def _samples_per_axis(cfg: _Config, length: int) -> int:
   """K: the static number of samples each bin evaluates on an axis of ``length``."""
-  if cfg.sampling_ratio > 0:
-    return cfg.sampling_ratio
+  return _samples_bound(cfg.sampling_ratio, cfg.max_sampling_ratio, length)
+
+
+def _samples_bound(sampling_ratio: int, max_sampling_ratio: int | None, length: int) -> int:
+  if sampling_ratio > 0:
+    return sampling_ratio
   bound = length + 3  # length + 2 samples fit; one more absorbs rounding of the first index
-  return bound if cfg.max_sampling_ratio is None else min(cfg.max_sampling_ratio + 1, bound)
+  return bound if max_sampling_ratio is None else min(max_sampling_ratio + 1, bound)
 
 
 def _count(cfg: _Config, lo: Any, hi: Any, pooled: int, cdt: Any) -> tuple[Any, Any, Any]:

@@ -80,6 +80,7 @@ from jaxops import _fused_sum
 from jaxops import _grid_sample as _grid_sample_module
 from jaxops import _max_pool as _max_pool_module
 from jaxops import _pool as _pool_module
+from jaxops import _roi_align as _roi_align_op
 from jaxops import _resize_kernel
 from jaxops import _torch_uint8
 from jaxops._aten import (_INTERP_SIZE, _area_scale, _cubic_far, _cubic_near, _floorf,
@@ -1673,12 +1674,16 @@ def _roi_align_config(shape: tuple[int, ...], dtype: Any, boxes: tuple, output_s
       not isinstance(sampling_ratio, (int, np.integer))):
     raise _checks.type_error(op, "sampling_ratio", sampling_ratio, "an int")
   align = _flag(op, "aligned", aligned, numbers_only=True)
+  ratio = max(_long(op, "sampling_ratio", int(sampling_ratio), sampling_ratio), 0)
   k = sum(lengths) if lengths is not None else boxes[1][0]
   # torchvision's kernel returns an empty output before it reads the input
   if (shape[0] == 0 or shape[2] == 0 or shape[3] == 0) and k * shape[1] * out[0] * out[1]:
     raise _checks.value_error(op, "input", f"shape {tuple(shape)}", "non-empty N, H and W "
                               "(unless the output is empty)")
-  return _RoiAlign(out[0], out[1], scale, max(int(sampling_ratio), 0), align, lengths)
+  if k * shape[1] * out[0] * out[1]:  # jaxops.roi_align's memory checks, in this op's names
+    _roi_align_op.check_memory(op, k, shape, dtype, out[0], out[1], ratio, None,
+                               {"output_height": "output_size", "output_width": "output_size"})
+  return _RoiAlign(out[0], out[1], scale, ratio, align, lengths)
 
 
 _ROI_ALIGN = _checks.ConfigCache(_roi_align_config)

@@ -174,13 +174,22 @@ def test_roi_align_sample_tables_past_memory_are_refused_before_xla_allocates():
       jaxops.roi_align(x, rois, np.array([0]), sampling_ratio=ratio)
     with pytest.raises(ValueError, match=r"argument `sampling_ratio`"):
       jax.jit(lambda a, r=ratio: jaxops.roi_align(a, rois, np.array([0]), sampling_ratio=r))(x)
-    with pytest.raises(ValueError, match=r"argument `sampling_ratio`"):
+    with pytest.raises(ValueError, match=r"^jaxops\.torch\.roi_align: argument `sampling_ratio`"):
       F.roi_align(x, np.c_[np.zeros(1, np.float32), rois], 1, sampling_ratio=ratio)
     node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], sampling_ratio=ratio)
     with pytest.raises(ValueError, match=r"sampling_ratio"):
       Backend.run_node(node, [x, rois, np.array([0], np.int64)], opset_version=16)
   with pytest.raises(ValueError, match=r"argument `output_width`"):
     jaxops.roi_align(x, rois, np.array([0]), output_width=2 ** 30)
+  # jaxops.torch.roi_align's checks name it and its arguments (they named jaxops.roi_align)
+  boxes = np.c_[np.zeros(1, np.float32), rois]
+  with pytest.raises(ValueError, match=r"^jaxops\.torch\.roi_align: argument `output_size`"):
+    F.roi_align(x, boxes, (2 ** 30, 1))
+  with pytest.raises(ValueError, match=r"^jaxops\.torch\.roi_align: the output would have"):
+    F.roi_align(x, boxes, (2 ** 62, 2 ** 62))
+  with pytest.raises(ValueError, match=r"^jaxops\.torch\.roi_align: argument `sampling_ratio` "
+                                       r"must be an integer that int64 holds"):
+    F.roi_align(x, boxes, 2, sampling_ratio=2 ** 63)
   # a large but possible call still runs: 64 samples per bin and axis
   assert jaxops.roi_align(x, rois, np.array([0]), sampling_ratio=64, output_height=7,
                           output_width=7).shape == (1, 2, 7, 7)
