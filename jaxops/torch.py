@@ -1437,6 +1437,21 @@ class _GridSample:
   align_corners: bool
 
 
+def _same_given_dtype(op: str, input: Any, name: str, others: Sequence[Any]) -> None:
+  """torch's rule that ``others`` (the grid, the boxes) have ``input``'s float dtype, on the
+  dtypes as given: with JAX's 64-bit types off a float64 NumPy array becomes float32, and a
+  float64 grid beside a float32 input passed the check on the converted arrays (found by an
+  error-handling audit)."""
+  a = getattr(input, "dtype", None)
+  if not isinstance(a, np.dtype) or not jnp.issubdtype(a, jnp.floating):
+    return
+  for other in others:
+    b = getattr(other, "dtype", None)
+    if isinstance(b, np.dtype) and jnp.issubdtype(b, jnp.floating) and b != a:
+      raise _checks.type_error(op, name, f"dtype {b.name}", f"of input's dtype {a.name} (as "
+                               f"torch)")
+
+
 def _grid_sample_config(shape: tuple[int, ...], dtype: Any, grid_shape: tuple[int, ...],
                         grid_dtype: Any, mode: Any, padding_mode: Any,
                         align_corners: Any) -> _GridSample:
@@ -1529,6 +1544,7 @@ def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear",
     [[[[0.0, 0.0, 3.0]]]]
   """
   op = _op("grid_sample")
+  _same_given_dtype(op, input, "grid", [grid])
   x = _checks.as_array(input, op, "input")
   _checks.concrete_shape(op, "input", x)
   g = _checks.as_array(grid, op, "grid")
@@ -1748,6 +1764,7 @@ def roi_align(input: ArrayLike, boxes: Any, output_size: Any, spatial_scale: flo
     [[[[5.0]]]]
   """
   op = _op("roi_align")
+  _same_given_dtype(op, input, "boxes", boxes if isinstance(boxes, (list, tuple)) else [boxes])
   x = _checks.as_array(input, op, "input")
   _checks.concrete_shape(op, "input", x)
   if isinstance(boxes, (list, tuple)):

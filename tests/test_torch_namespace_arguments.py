@@ -300,3 +300,24 @@ def test_lp_pool_int_norm_type_past_64_bits_is_refused_as_torch_refuses_it(p):
   for q in (2 ** 63, float(p)):
     _same(_run(lambda q=q: TF.lp_pool2d(torch.tensor(_X4), q, 2)),
           _run(lambda q=q: F.lp_pool2d(jnp.asarray(_X4), q, 2)), repr(q))
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_grid_and_boxes_of_another_float_dtype_are_refused_as_torch_refuses_them(x64):
+  """torch requires the grid (grid_sample) and the boxes (torchvision's roi_align) in the
+  input's dtype. With JAX's 64-bit types off a float64 NumPy grid beside a float32 input was
+  converted to float32 before the check and ran (found by an error-handling audit)."""
+  x = _X4.astype(np.float32)
+  grid = np.zeros((2, 3, 3, 2))  # float64
+  boxes = np.array([[0, 0, 0, 3, 3.0]])  # float64
+  with pytest.raises(RuntimeError, match="expected scalar type Float but found Double"):
+    TF.grid_sample(torch.tensor(x), torch.tensor(grid), align_corners=False)
+  with jax.enable_x64(x64):
+    with pytest.raises(TypeError, match=r"grid_sample: argument `grid` must be of input's dtype "
+                                        r"float32"):
+      F.grid_sample(x, grid, align_corners=False)
+    for b in (boxes, [boxes[:, 1:]]):
+      with pytest.raises(TypeError, match=r"roi_align: argument `boxes` must be of input's "
+                                          r"dtype float32"):
+        F.roi_align(x, b, 2)
+    assert F.grid_sample(x, grid.astype(np.float32), align_corners=False).shape == (2, 3, 3, 3)
