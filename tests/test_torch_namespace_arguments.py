@@ -289,6 +289,26 @@ def test_deviation_numpy_integer_output_size_is_pinned(name):
         _run(lambda: TF.adaptive_avg_pool1d(torch.tensor(_X4[0]), np.int64(2))), "torch 1-D")
 
 
+def test_deviation_numpy_integers_torch_refuses_are_pinned():
+  """DEVIATIONS jaxops.torch 15, the other two places: a 0-d NumPy array as kernel_size or
+  output_size (torch's argument parser fails an internal assert) and max_unpool2d's NumPy
+  integer kernel_size (its wrapper's TypeError). jaxops.torch gives torch's int result."""
+  t = torch.tensor(_X4)
+  for name, size in (("max_pool2d", np.array(2)), ("avg_pool2d", np.array(2)),
+                     ("adaptive_avg_pool1d", np.array(2))):
+    x, xt = (_X4[0], t[0]) if name.endswith("1d") else (_X4, t)
+    with pytest.raises(RuntimeError, match="INTERNAL ASSERT FAILED"):
+      getattr(TF, name)(xt, size)
+    _same(_run(lambda n=name, v=xt: getattr(TF, n)(v, 2)),
+          _run(lambda n=name, v=x, s=size: getattr(F, n)(jnp.asarray(v), s)), name)
+  y, i = TF.max_pool2d(t, 2, return_indices=True)
+  with pytest.raises(TypeError, match="cond must be a bool"):
+    TF.max_unpool2d(y, i, np.int64(2))
+  _same(_run(lambda: TF.max_unpool2d(y, i, 2)),
+        _run(lambda: F.max_unpool2d(jnp.asarray(y.numpy()), jnp.asarray(i.numpy()),
+                                    np.int64(2))), "max_unpool2d")
+
+
 @pytest.mark.parametrize("p", [2 ** 64, -(2 ** 64)])
 def test_lp_pool_int_norm_type_past_64_bits_is_refused_as_torch_refuses_it(p):
   """torch converts an int norm_type in C++ and raises OverflowError past [-2**63, 2**64);
