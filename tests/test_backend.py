@@ -705,3 +705,36 @@ def test_run_node_refuses_what_shape_inference_and_onnxruntime_refuse(node, feed
   with pytest.raises(ValueError, match=rf"\({node.op_type}-{opset}\) fails ONNX's shape "
                                        r"inference"):
     run_node(node, feeds, opset_version=opset)
+
+
+@pytest.mark.parametrize("op, want", [("GlobalAveragePool", np.nan), ("GlobalMaxPool", None),
+                                      ("GlobalLpPool", 0.0)])
+def test_deviation_global_pools_of_an_empty_plane(op, want):
+  """DEVIATIONS LpPool / GlobalLpPool / GlobalMaxPool 11: onnxruntime refuses a plane with no
+  elements; jaxops gives each formula's value (the mean of nothing NaN, as onnx.reference;
+  an empty sum's root 0) or, for the maximum over nothing, a ValueError (as onnx.reference)."""
+  x = np.ones((1, 2, 0, 3), np.float32)
+  version = 2 if op == "GlobalLpPool" else 22  # (onnxruntime has no GlobalLpPool-22 kernel)
+  model = helper.make_model(helper.make_graph(
+      [helper.make_node(op, ["x"], ["y"])], "g",
+      [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+      opset_imports=[helper.make_opsetid("", version)])
+  model.ir_version = 10
+  with pytest.raises(Exception, match="Only N can be zero"):
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+  node = helper.make_node(op, ["x"], ["y"])
+  if want is None:
+    with pytest.raises(ValueError, match="zero-size array"):
+      ReferenceEvaluator(model).run(None, {"x": x})
+    with pytest.raises(ValueError, match=r"global_max_pool: argument `x` must have spatial axes "
+                                         r"of length at least 1"):
+      run_node(node, [x], opset_version=version)
+    return
+  (got,) = run_node(node, [x], opset_version=version)
+  np.testing.assert_array_equal(got, np.full((1, 2, 1, 1), want, np.float32))
+  if op == "GlobalAveragePool":
+    with pytest.warns(RuntimeWarning, match="Mean of empty slice"):
+      ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ref, got)
