@@ -5,6 +5,8 @@ Expected values come from onnx.reference.ReferenceEvaluator on the same model.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -735,6 +737,7 @@ def test_deviation_global_pools_of_an_empty_plane(op, want):
   (got,) = run_node(node, [x], opset_version=version)
   np.testing.assert_array_equal(got, np.full((1, 2, 1, 1), want, np.float32))
   if op == "GlobalAveragePool":
-    with pytest.warns(RuntimeWarning, match="Mean of empty slice"):
+    with warnings.catch_warnings():  # NumPy's "Mean of empty slice" and its 0 / 0
+      warnings.simplefilter("ignore", RuntimeWarning)
       ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_array_equal(ref, got)
