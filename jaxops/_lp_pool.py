@@ -43,7 +43,9 @@ def _p_value(op: str, p: Any, *, integer: bool = True) -> float:
   if integer:
     if not isinstance(p, (int, np.integer)):
       raise type_error(op, "p", p, "a positive integer")
-    if not 1 <= p < 2 ** 63:  # ONNX's p is an int64 attribute (2**64 ran, its windows 0 or inf)
+    if p < 1:
+      raise value_error(op, "p", p, "a positive integer")
+    if p >= 2 ** 63:  # ONNX's p is an int64 attribute (2**64 ran, its windows 0 or inf)
       raise value_error(op, "p", p, "a positive integer that int64 holds")
     return float(p)
   try:
