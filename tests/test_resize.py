@@ -714,14 +714,18 @@ def test_deviation_float32_roi_is_read_exactly():
   node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], **kw)
   feeds = {"x": x, "roi": roi, "scales": scales}
   assert ReferenceEvaluator(node).run(None, feeds)[0][0, 0] == 10.0
-  model = helper.make_model(helper.make_graph(
-      [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
-                    for n, v in feeds.items()],
-      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
-      opset_imports=[helper.make_opsetid("", 19)])
-  model.ir_version = 9
-  sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-  assert sess.run(None, feeds)[0][0, 0] == 10.0
+
+  def onnxruntime(node, feeds):
+    model = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
+                      for n, v in feeds.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+  assert onnxruntime(node, feeds)[0, 0] == 10.0
   # a static roi must be finite; a traced NaN one extrapolates, where onnxruntime reads pixels
   # (nearest, linear: from the input's values 0-50) or gives 0 (cubic), all finite
   with pytest.raises(ValueError, match=r"jaxops.resize: argument `roi` must be finite"):
@@ -732,17 +736,9 @@ def test_deviation_float32_roi_is_read_exactly():
                                         coordinate_transformation_mode="tf_crop_and_resize",
                                         extrapolation_value=-1.0))(jnp.asarray(nan_roi))
     np.testing.assert_array_equal(np.asarray(y), -1.0)
-    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode,
-                            coordinate_transformation_mode="tf_crop_and_resize",
-                            extrapolation_value=-1.0)
-    model = helper.make_model(helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
-                      for n, v in feeds.items()],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
-        opset_imports=[helper.make_opsetid("", 19)])
-    model.ir_version = 9
-    theirs = ort.InferenceSession(model.SerializeToString(), providers=[
-        "CPUExecutionProvider"]).run(None, feeds | {"roi": nan_roi})[0]
+    theirs = onnxruntime(helper.make_node(
+        "Resize", ["x", "roi", "scales"], ["y"], mode=mode, extrapolation_value=-1.0,
+        coordinate_transformation_mode="tf_crop_and_resize"), feeds | {"roi": nan_roi})
     assert np.all((theirs >= 0) & (theirs <= 50)), (mode, theirs)
 
 
