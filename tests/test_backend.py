@@ -696,14 +696,11 @@ def test_run_node_refuses_what_shape_inference_and_onnxruntime_refuse(node, feed
   these nodes, which prepare and onnxruntime refuse (found by an error-handling audit)."""
   names = [n for n in node.input if n]
   arrays = [a for a in feeds if a is not None]
-  model = helper.make_model(helper.make_graph(
-      [node], "g", [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
-                                                  list(a.shape)) for n, a in zip(names, arrays)],
-      [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None)]),
-      opset_imports=[helper.make_opsetid("", opset)])
+  model = _model([node], [_vi(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+                          for n, a in zip(names, arrays)],
+                 [_vi(node.output[0], TensorProto.FLOAT, None)], opset=opset)
   with pytest.raises(Exception):  # noqa: B017 - onnxruntime's own exception types
-    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, dict(zip(names, arrays)))
+    _ort(model, dict(zip(names, arrays)))
   with pytest.raises(ValueError, match=rf"\({node.op_type}-{opset}\) fails ONNX's shape "
                                        r"inference"):
     run_node(node, feeds, opset_version=opset)
@@ -717,16 +714,12 @@ def test_deviation_global_pools_of_an_empty_plane(op, want):
   an empty sum's root 0) or, for the maximum over nothing, a ValueError (as onnx.reference)."""
   x = np.ones((1, 2, 0, 3), np.float32)
   version = 2 if op == "GlobalLpPool" else 22  # (onnxruntime has no GlobalLpPool-22 kernel)
-  model = helper.make_model(helper.make_graph(
-      [helper.make_node(op, ["x"], ["y"])], "g",
-      [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
-      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
-      opset_imports=[helper.make_opsetid("", version)])
+  node = helper.make_node(op, ["x"], ["y"])
+  model = _model([node], [_vi("x", TensorProto.FLOAT, list(x.shape))],
+                 [_vi("y", TensorProto.FLOAT, None)], opset=version)
   model.ir_version = 10
   with pytest.raises(Exception, match="Only N can be zero"):
-    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})
-  node = helper.make_node(op, ["x"], ["y"])
+    _ort(model, {"x": x})
   if want is None:
     with pytest.raises(ValueError, match="zero-size array"):
       ReferenceEvaluator(model).run(None, {"x": x})
